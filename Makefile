@@ -1,0 +1,60 @@
+# dllm build. `make` builds bin/dllm and bin/libdllmtorch.so (the libtorch shim,
+# loaded at run time from beside the binary). `make test` also installs what
+# the tests need on Debian/Ubuntu. See docs/build.md.
+
+# TORCH: a PyTorch wheel's torch/ directory (site-packages/torch) to build the
+# CUDA shim against; empty builds against Debian's libtorch-dev (CPU).
+TORCH ?=
+CUDA_HOME ?= /usr/local/cuda
+CXX ?= g++
+GO ?= go
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+
+SHIM := bin/libdllmtorch.so
+SHIM_SRC := torch/csrc/dllm_torch.cpp torch/csrc/dllm_torch.h
+CXXFLAGS := -std=c++17 -O2 -fPIC -Wall -Wno-unused-function
+
+ifeq ($(TORCH),)
+TORCH_INC := -I/usr/include/torch/csrc/api/include
+TORCH_LIB := -ltorch -ltorch_cpu -lc10
+else
+# The wheel's CUDA libraries must be linked even though the shim names none of
+# their symbols: without them no CUDA kernel is registered (--no-as-needed).
+NVIDIA := $(wildcard $(TORCH)/../nvidia/cu*/include)
+TORCH_INC := -I$(TORCH)/include -I$(TORCH)/include/torch/csrc/api/include \
+	-I$(CUDA_HOME)/include $(addprefix -I,$(NVIDIA)) -DDLLM_CUDA
+TORCH_LIB := -L$(TORCH)/lib -Wl,-rpath,$(TORCH)/lib -ltorch -ltorch_cpu -lc10 \
+	-Wl,--no-as-needed -ltorch_cuda -lc10_cuda -Wl,--as-needed
+endif
+
+.PHONY: all shim dllm test deps clean generate
+all: dllm shim
+
+shim: $(SHIM)
+$(SHIM): $(SHIM_SRC)
+	@mkdir -p bin
+	$(CXX) $(CXXFLAGS) $(TORCH_INC) -shared -o $@ torch/csrc/dllm_torch.cpp $(TORCH_LIB)
+
+dllm:
+	@mkdir -p bin
+	$(GO) build -ldflags "-X main.version=$(VERSION)" -o bin/dllm ./cmd/dllm
+
+# generate rewrites torch/loader.[ch] after a change to the shim's header.
+generate:
+	cd torch && $(GO) run ./internal/genloader
+
+# deps installs libtorch (CPU) and OpenBLAS from apt when they are missing.
+deps:
+	@if [ ! -e /usr/include/torch/csrc/api/include/torch/torch.h ] || ! ldconfig -p | grep -q libopenblas; then \
+		echo "installing libtorch-dev and OpenBLAS with apt-get"; \
+		SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends \
+			libtorch-dev libopenblas0-pthread g++ make >/dev/null; \
+	fi
+
+test: deps shim
+	$(GO) vet ./...
+	$(GO) test ./...
+
+clean:
+	rm -rf bin

@@ -1,0 +1,51 @@
+package torch
+
+/*
+#include "loader.h"
+*/
+import "C"
+
+// AttnWeights are one Llama layer's attention parameters (HF layout: each
+// projection is (out, in); biases are nil unless the model has them).
+type AttnWeights struct {
+	Norm, Q, K, V, O *Tensor
+	BQ, BK, BV       *Tensor
+}
+
+// AttnArgs configure one call of AttnBlock.
+type AttnArgs struct {
+	Cos, Sin       *Tensor // RoPE tables (T, D) or (B, T, D)
+	Mask           *Tensor // nil or bool (B|1, 1, T, S)
+	Causal         bool    // lower-right aligned causal mask (without Mask)
+	Heads, KVHeads int
+	Eps            float64 // RMSNorm epsilon
+	Scale          float64 // attention scale; 0 means 1/sqrt(D)
+	KCache, VCache *Tensor // nil, or (B, Hkv, Tmax, D) written at Pos
+	Pos            int64   // cache slot of the first of the T new tokens
+	Impl           AttnImpl
+}
+
+// AttnBlock is a Llama pre-norm attention sublayer in one shim call:
+// x + Wo·attn(rope(Wq·h), rope(Wk·h), Wv·h) with h = RMSNorm(x), x (B, T, C).
+// With a cache, the T new keys and values are written to slots
+// [Pos, Pos+T) and the queries attend to slots [0, Pos+T).
+func AttnBlock(x *Tensor, w *AttnWeights, a *AttnArgs) *Tensor {
+	return call("attn_block", func(out *C.dt_tensor) C.dt_err {
+		return C.dtl_attn_block(x.h(), w.Norm.h(), w.Q.h(), w.K.h(), w.V.h(), w.O.h(),
+			opt(w.BQ), opt(w.BK), opt(w.BV), a.Cos.h(), a.Sin.h(), opt(a.Mask), cbool(a.Causal),
+			C.int(a.Heads), C.int(a.KVHeads), C.double(a.Eps), C.double(a.Scale),
+			opt(a.KCache), opt(a.VCache), C.int64_t(a.Pos), C.int(a.Impl), out)
+	}, x, w.Norm, w.Q, w.K, w.V, w.O, w.BQ, w.BK, w.BV, a.Cos, a.Sin, a.Mask, a.KCache, a.VCache)
+}
+
+// MLPWeights are one Llama layer's MLP parameters (HF layout).
+type MLPWeights struct {
+	Norm, Gate, Up, Down *Tensor
+}
+
+// MLPBlock is x + W_down(silu(W_gate·h) * W_up·h) with h = RMSNorm(x).
+func MLPBlock(x *Tensor, w *MLPWeights, eps float64) *Tensor {
+	return call("mlp_block", func(out *C.dt_tensor) C.dt_err {
+		return C.dtl_mlp_block(x.h(), w.Norm.h(), w.Gate.h(), w.Up.h(), w.Down.h(), C.double(eps), out)
+	}, x, w.Norm, w.Gate, w.Up, w.Down)
+}

@@ -1,0 +1,645 @@
+// dllm_torch.cpp: libtorch behind the plain C interface of dllm_torch.h.
+//
+// Every exported function catches every C++ exception and returns its message
+// (without libtorch's backtrace) as a malloc'd string, so nothing unwinds into
+// Go. Tensor handles are heap-allocated at::Tensor objects; the live count lets
+// tests prove that nothing leaks.
+
+#include "dllm_torch.h"
+
+#include <torch/torch.h>
+#include <torch/version.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#ifdef DLLM_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#endif
+
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 0)
+#define DT_HAVE_SDPA 1
+#endif
+
+namespace {
+
+std::atomic<int64_t> live{0};
+
+dt_err make_err(const char *msg) {
+  size_t n = std::strlen(msg);
+  char *s = static_cast<char *>(std::malloc(n + 1));
+  if (s) std::memcpy(s, msg, n + 1);
+  return s;
+}
+
+// T and W turn handles into tensors and back.
+inline at::Tensor &T(dt_tensor t) { return *static_cast<at::Tensor *>(t); }
+
+inline dt_tensor W(at::Tensor t) {
+  live.fetch_add(1, std::memory_order_relaxed);
+  return new at::Tensor(std::move(t));
+}
+
+// opt turns a nullable handle into an optional tensor argument.
+inline c10::optional<at::Tensor> opt(dt_tensor t) {
+  if (!t) return c10::nullopt;
+  return T(t);
+}
+
+at::Device device_of(int type, int index) {
+  if (type == 1) return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(index));
+  return at::Device(at::kCPU);
+}
+
+at::ScalarType stype(int dtype) { return static_cast<at::ScalarType>(dtype); }
+
+void check_dtype(int dtype) {
+  switch (dtype) {
+  case DT_U8: case DT_I8: case DT_I16: case DT_I32: case DT_I64:
+  case DT_F16: case DT_F32: case DT_F64: case DT_BOOL: case DT_BF16:
+    return;
+  }
+  TORCH_CHECK(false, "unsupported dtype code ", dtype);
+}
+
+std::vector<int64_t> dims(const int64_t *p, int n) {
+  TORCH_CHECK(n >= 0 && (n == 0 || p != nullptr), "bad shape");
+  return std::vector<int64_t>(p, p + n);
+}
+
+// rms_norm follows HF's LlamaRMSNorm exactly: normalise in float32, cast back
+// to the input dtype, then scale, so bf16 results round where HF's do.
+at::Tensor rms_norm(const at::Tensor &x, const at::Tensor &w, double eps) {
+  auto h = x.to(x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat);
+  auto var = h.pow(2).mean(-1, true);
+  h = h * at::rsqrt(var + eps);
+  return w * h.to(x.scalar_type());
+}
+
+at::Tensor rotate_half(const at::Tensor &x) {
+  auto half = x.size(-1) / 2;
+  auto x1 = x.narrow(-1, 0, half);
+  auto x2 = x.narrow(-1, half, half);
+  return at::cat({-x2, x1}, -1);
+}
+
+at::Tensor rope(const at::Tensor &x, at::Tensor cos, at::Tensor sin) {
+  // (T, D) or (B, T, D) broadcast over heads of x (B, H, T, D).
+  if (cos.dim() == 3) {
+    cos = cos.unsqueeze(1);
+    sin = sin.unsqueeze(1);
+  }
+  return x * cos + rotate_half(x) * sin;
+}
+
+// repeat_kv turns (B, Hkv, S, D) into (B, Hkv*rep, S, D) for grouped queries.
+at::Tensor repeat_kv(const at::Tensor &x, int64_t rep) {
+  if (rep == 1) return x;
+  auto s = x.sizes();
+  return x.unsqueeze(2).expand({s[0], s[1], rep, s[2], s[3]}).reshape({s[0], s[1] * rep, s[2], s[3]});
+}
+
+at::Tensor attention_math(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
+                          const c10::optional<at::Tensor> &mask, bool causal, double scale) {
+  auto att = at::matmul(q, k.transpose(-2, -1)) * scale; // (B, H, T, S)
+  auto T_ = q.size(-2), S = k.size(-2);
+  if (causal) {
+    // Lower-right aligned: query t sees keys up to S - T + t.
+    auto m = at::ones({T_, S}, q.options().dtype(at::kBool)).tril(S - T_);
+    att = att.masked_fill(m.logical_not(), -std::numeric_limits<float>::infinity());
+  }
+  if (mask) att = att.masked_fill(mask->logical_not(), -std::numeric_limits<float>::infinity());
+  // Softmax in at least float32, as HF's eager attention does, then back.
+  auto st = q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  att = at::softmax(att, -1, st).to(q.scalar_type());
+  return at::matmul(att, v);
+}
+
+at::Tensor attention(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
+                     const c10::optional<at::Tensor> &mask, bool causal, double scale, int impl) {
+  TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "attention wants 4-d q, k, v");
+  TORCH_CHECK(!(causal && mask), "attention: give a mask or causal, not both");
+  auto H = q.size(1), Hkv = k.size(1);
+  TORCH_CHECK(Hkv > 0 && H % Hkv == 0, "attention: ", H, " query heads are not a multiple of ", Hkv, " kv heads");
+  if (scale <= 0) scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  auto kk = repeat_kv(k, H / Hkv), vv = repeat_kv(v, H / Hkv);
+#ifdef DT_HAVE_SDPA
+  if (impl == DT_ATTN_AUTO) {
+    // SDPA's is_causal is upper-left aligned; it is only right when T == S.
+    if (causal && q.size(2) != k.size(2)) {
+      auto T_ = q.size(2), S = k.size(2);
+      auto m = at::ones({T_, S}, q.options().dtype(at::kBool)).tril(S - T_);
+      return at::scaled_dot_product_attention(q, kk, vv, m, 0.0, false, scale);
+    }
+    return at::scaled_dot_product_attention(q, kk, vv, mask, 0.0, causal, scale);
+  }
+#endif
+  return attention_math(q, kk, vv, mask, causal, scale);
+}
+
+template <typename F> dt_err guard(F &&f) {
+  try {
+    f();
+    return nullptr;
+  } catch (const c10::Error &e) {
+    return make_err(e.what_without_backtrace());
+  } catch (const std::exception &e) {
+    return make_err(e.what());
+  } catch (...) {
+    return make_err("unknown C++ exception");
+  }
+}
+
+at::Tensor unary(int op, const at::Tensor &t) {
+  switch (op) {
+  case DT_NEG: return at::neg(t);
+  case DT_EXP: return at::exp(t);
+  case DT_LOG: return at::log(t);
+  case DT_SQRT: return at::sqrt(t);
+  case DT_RSQRT: return at::rsqrt(t);
+  case DT_SILU: return at::silu(t);
+  case DT_SIGMOID: return at::sigmoid(t);
+  case DT_TANH: return at::tanh(t);
+  case DT_ABS: return at::abs(t);
+  case DT_COS: return at::cos(t);
+  case DT_SIN: return at::sin(t);
+  case DT_RELU: return at::relu(t);
+  case DT_LOGICAL_NOT: return at::logical_not(t);
+  }
+  TORCH_CHECK(false, "unknown unary op ", op);
+}
+
+template <typename B> at::Tensor binary(int op, const at::Tensor &a, const B &b) {
+  switch (op) {
+  case DT_ADD: return at::add(a, b);
+  case DT_SUB: return at::sub(a, b);
+  case DT_MUL: return at::mul(a, b);
+  case DT_DIV: return at::div(a, b);
+  case DT_POW: return at::pow(a, b);
+  case DT_EQ: return at::eq(a, b);
+  case DT_NE: return at::ne(a, b);
+  case DT_LT: return at::lt(a, b);
+  case DT_LE: return at::le(a, b);
+  case DT_GT: return at::gt(a, b);
+  case DT_GE: return at::ge(a, b);
+  }
+  TORCH_CHECK(false, "binary op ", op, " is not defined for this operand kind");
+}
+
+} // namespace
+
+extern "C" {
+
+int dt_abi_version(void) { return DT_ABI_VERSION; }
+const char *dt_torch_version(void) { return TORCH_VERSION; }
+void dt_free_error(dt_err err) { std::free(err); }
+int64_t dt_live_tensors(void) { return live.load(); }
+void dt_set_num_threads(int n) { at::set_num_threads(n); }
+int dt_get_num_threads(void) { return at::get_num_threads(); }
+void dt_manual_seed(uint64_t seed) { torch::manual_seed(seed); }
+
+int dt_cuda_is_available(void) { return torch::cuda::is_available() ? 1 : 0; }
+int dt_cuda_device_count(void) { return static_cast<int>(torch::cuda::device_count()); }
+
+dt_err dt_cuda_synchronize(int device) {
+  return guard([&] {
+#ifdef DLLM_CUDA
+    torch::cuda::synchronize(device);
+#else
+    TORCH_CHECK(false, "this libdllmtorch was built without CUDA");
+#endif
+  });
+}
+
+dt_err dt_cuda_memory_stats(int device, int64_t *allocated, int64_t *reserved, int64_t *peak) {
+  return guard([&] {
+#ifdef DLLM_CUDA
+    auto s = c10::cuda::CUDACachingAllocator::getDeviceStats(device);
+    auto agg = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+    *allocated = s.allocated_bytes[agg].current;
+    *reserved = s.reserved_bytes[agg].current;
+    *peak = s.allocated_bytes[agg].peak;
+#else
+    (void)device; (void)allocated; (void)reserved; (void)peak;
+    TORCH_CHECK(false, "this libdllmtorch was built without CUDA");
+#endif
+  });
+}
+
+dt_err dt_cuda_empty_cache(void) {
+  return guard([&] {
+#ifdef DLLM_CUDA
+    c10::cuda::CUDACachingAllocator::emptyCache();
+#endif
+  });
+}
+
+void dt_free(dt_tensor t) {
+  if (!t) return;
+  delete static_cast<at::Tensor *>(t);
+  live.fetch_sub(1, std::memory_order_relaxed);
+}
+
+dt_err dt_from_data(const void *data, size_t nbytes, int dtype, const int64_t *shape, int ndim,
+                    int device_type, int device_index, dt_tensor *out) {
+  return guard([&] {
+    check_dtype(dtype);
+    auto sizes = dims(shape, ndim);
+    auto opts = at::TensorOptions().dtype(stype(dtype));
+    int64_t n = 1;
+    for (auto s : sizes) {
+      TORCH_CHECK(s >= 0, "negative dimension ", s);
+      n *= s;
+    }
+    auto want = static_cast<size_t>(n) * c10::elementSize(stype(dtype));
+    TORCH_CHECK(want == nbytes, "data holds ", nbytes, " bytes but shape ", sizes, " of ",
+                stype(dtype), " needs ", want);
+    // from_blob borrows the caller's memory; the copy (to the device, or a
+    // clone on the CPU) is the only one made, so weights mapped from disk go
+    // to the GPU without a host-side duplicate.
+    auto view = at::from_blob(const_cast<void *>(data), sizes, opts);
+    auto dev = device_of(device_type, device_index);
+    *out = W(dev.is_cpu() ? view.clone() : view.to(dev));
+  });
+}
+
+dt_err dt_new(int fill, double value, int dtype, const int64_t *shape, int ndim, int device_type,
+              int device_index, dt_tensor *out) {
+  return guard([&] {
+    check_dtype(dtype);
+    auto sizes = dims(shape, ndim);
+    auto opts = at::TensorOptions().dtype(stype(dtype)).device(device_of(device_type, device_index));
+    at::Tensor t;
+    switch (fill) {
+    case 0: t = at::empty(sizes, opts); break;
+    case 1: t = at::zeros(sizes, opts); break;
+    case 2: t = at::ones(sizes, opts); break;
+    case 3: t = at::full(sizes, value, opts); break;
+    case 4: t = at::randn(sizes, opts); break;
+    case 5: t = at::rand(sizes, opts); break;
+    default: TORCH_CHECK(false, "unknown fill ", fill);
+    }
+    *out = W(t);
+  });
+}
+
+dt_err dt_arange(int64_t start, int64_t end, int dtype, int device_type, int device_index, dt_tensor *out) {
+  return guard([&] {
+    check_dtype(dtype);
+    *out = W(at::arange(start, end, at::TensorOptions().dtype(stype(dtype)).device(device_of(device_type, device_index))));
+  });
+}
+
+int dt_ndim(dt_tensor t) { return static_cast<int>(T(t).dim()); }
+
+void dt_shape(dt_tensor t, int64_t *shape, int cap) {
+  auto s = T(t).sizes();
+  for (int i = 0; i < cap && i < static_cast<int>(s.size()); i++) shape[i] = s[i];
+}
+
+int dt_dtype(dt_tensor t) { return static_cast<int>(T(t).scalar_type()); }
+
+void dt_device(dt_tensor t, int *device_type, int *device_index) {
+  auto d = T(t).device();
+  *device_type = d.is_cuda() ? 1 : 0;
+  *device_index = d.has_index() ? d.index() : 0;
+}
+
+int64_t dt_numel(dt_tensor t) { return T(t).numel(); }
+
+dt_err dt_to_host(dt_tensor t, int dtype, void *dst, size_t nbytes) {
+  return guard([&] {
+    check_dtype(dtype);
+    auto h = T(t).detach().to(at::kCPU, stype(dtype)).contiguous();
+    auto have = static_cast<size_t>(h.numel()) * h.element_size();
+    TORCH_CHECK(have == nbytes, "to_host: tensor holds ", have, " bytes, buffer ", nbytes);
+    if (nbytes) std::memcpy(dst, h.data_ptr(), nbytes);
+  });
+}
+
+dt_err dt_to(dt_tensor t, int dtype, int device_type, int device_index, dt_tensor *out) {
+  return guard([&] {
+    check_dtype(dtype);
+    *out = W(T(t).to(device_of(device_type, device_index), stype(dtype)));
+  });
+}
+
+dt_err dt_clone(dt_tensor t, dt_tensor *out) {
+  return guard([&] { *out = W(T(t).clone()); });
+}
+
+dt_err dt_contiguous(dt_tensor t, dt_tensor *out) {
+  return guard([&] { *out = W(T(t).contiguous()); });
+}
+
+dt_err dt_copy_(dt_tensor dst, dt_tensor src) {
+  return guard([&] {
+    at::NoGradGuard ng;
+    T(dst).copy_(T(src));
+  });
+}
+
+dt_err dt_fill_(dt_tensor t, double value) {
+  return guard([&] {
+    at::NoGradGuard ng;
+    T(t).fill_(value);
+  });
+}
+
+dt_err dt_reshape(dt_tensor t, const int64_t *shape, int ndim, dt_tensor *out) {
+  return guard([&] { *out = W(T(t).reshape(dims(shape, ndim))); });
+}
+
+dt_err dt_permute(dt_tensor t, const int64_t *d, int ndim, dt_tensor *out) {
+  return guard([&] { *out = W(T(t).permute(dims(d, ndim))); });
+}
+
+dt_err dt_transpose(dt_tensor t, int64_t d0, int64_t d1, dt_tensor *out) {
+  return guard([&] { *out = W(T(t).transpose(d0, d1)); });
+}
+
+dt_err dt_narrow(dt_tensor t, int64_t dim, int64_t start, int64_t len, dt_tensor *out) {
+  return guard([&] { *out = W(T(t).narrow(dim, start, len)); });
+}
+
+dt_err dt_cat(const dt_tensor *ts, int n, int64_t dim, dt_tensor *out) {
+  return guard([&] {
+    TORCH_CHECK(n > 0, "cat of no tensors");
+    std::vector<at::Tensor> v;
+    v.reserve(n);
+    for (int i = 0; i < n; i++) v.push_back(T(ts[i]));
+    *out = W(at::cat(v, dim));
+  });
+}
+
+dt_err dt_index_select(dt_tensor t, int64_t dim, dt_tensor index, dt_tensor *out) {
+  return guard([&] { *out = W(at::index_select(T(t), dim, T(index))); });
+}
+
+dt_err dt_gather(dt_tensor t, int64_t dim, dt_tensor index, dt_tensor *out) {
+  return guard([&] { *out = W(at::gather(T(t), dim, T(index))); });
+}
+
+dt_err dt_index_put_(dt_tensor t, dt_tensor index, dt_tensor values) {
+  return guard([&] {
+    at::NoGradGuard ng;
+    c10::List<c10::optional<at::Tensor>> idx;
+    idx.push_back(T(index));
+    T(t).index_put_(idx, T(values));
+  });
+}
+
+dt_err dt_masked_fill(dt_tensor t, dt_tensor mask, double value, dt_tensor *out) {
+  return guard([&] { *out = W(T(t).masked_fill(T(mask), value)); });
+}
+
+dt_err dt_where(dt_tensor cond, dt_tensor a, dt_tensor b, dt_tensor *out) {
+  return guard([&] { *out = W(at::where(T(cond), T(a), T(b))); });
+}
+
+dt_err dt_expand(dt_tensor t, const int64_t *shape, int ndim, dt_tensor *out) {
+  return guard([&] { *out = W(T(t).expand(dims(shape, ndim))); });
+}
+
+dt_err dt_unary(int op, dt_tensor t, dt_tensor *out) {
+  return guard([&] { *out = W(unary(op, T(t))); });
+}
+
+dt_err dt_binary(int op, dt_tensor a, dt_tensor b, dt_tensor *out) {
+  return guard([&] {
+    const auto &x = T(a);
+    const auto &y = T(b);
+    switch (op) {
+    case DT_MAXIMUM: *out = W(at::maximum(x, y)); return;
+    case DT_MINIMUM: *out = W(at::minimum(x, y)); return;
+    case DT_LOGICAL_AND: *out = W(at::logical_and(x, y)); return;
+    case DT_LOGICAL_OR: *out = W(at::logical_or(x, y)); return;
+    }
+    *out = W(binary(op, x, y));
+  });
+}
+
+dt_err dt_binary_scalar(int op, dt_tensor a, double s, dt_tensor *out) {
+  return guard([&] {
+    const auto &x = T(a);
+    switch (op) {
+    case DT_MAXIMUM: *out = W(at::clamp_min(x, s)); return;
+    case DT_MINIMUM: *out = W(at::clamp_max(x, s)); return;
+    }
+    *out = W(binary(op, x, at::Scalar(s)));
+  });
+}
+
+dt_err dt_reduce(int op, dt_tensor t, int64_t dim, int keepdim, dt_tensor *out) {
+  return guard([&] {
+    const auto &x = T(t);
+    bool kd = keepdim != 0;
+    switch (op) {
+    case DT_SUM: *out = W(x.sum(dim, kd)); return;
+    case DT_MEAN: *out = W(x.mean(dim, kd)); return;
+    case DT_MAX: *out = W(std::get<0>(x.max(dim, kd))); return;
+    case DT_MIN: *out = W(std::get<0>(x.min(dim, kd))); return;
+    case DT_ARGMAX: *out = W(x.argmax(dim, kd)); return;
+    case DT_ARGMIN: *out = W(x.argmin(dim, kd)); return;
+    case DT_LOGSUMEXP: *out = W(at::logsumexp(x, dim, kd)); return;
+    }
+    TORCH_CHECK(false, "unknown reduction ", op);
+  });
+}
+
+dt_err dt_reduce_all(int op, dt_tensor t, dt_tensor *out) {
+  return guard([&] {
+    switch (op) {
+    case DT_SUM: *out = W(T(t).sum()); return;
+    case DT_MEAN: *out = W(T(t).mean()); return;
+    }
+    TORCH_CHECK(false, "reduce_all supports sum and mean, not ", op);
+  });
+}
+
+dt_err dt_matmul(dt_tensor a, dt_tensor b, dt_tensor *out) {
+  return guard([&] { *out = W(at::matmul(T(a), T(b))); });
+}
+
+dt_err dt_linear(dt_tensor x, dt_tensor w, dt_tensor b, dt_tensor *out) {
+  return guard([&] { *out = W(at::linear(T(x), T(w), opt(b))); });
+}
+
+dt_err dt_embedding(dt_tensor weight, dt_tensor ids, dt_tensor *out) {
+  return guard([&] { *out = W(at::embedding(T(weight), T(ids))); });
+}
+
+dt_err dt_softmax(dt_tensor t, int64_t dim, int log, dt_tensor *out) {
+  return guard([&] { *out = W(log ? at::log_softmax(T(t), dim) : at::softmax(T(t), dim)); });
+}
+
+dt_err dt_rms_norm(dt_tensor x, dt_tensor w, double eps, dt_tensor *out) {
+  return guard([&] { *out = W(rms_norm(T(x), T(w), eps)); });
+}
+
+dt_err dt_rope_tables(dt_tensor inv_freq, dt_tensor positions, double scale, int dtype, dt_tensor *cos,
+                      dt_tensor *sin) {
+  return guard([&] {
+    check_dtype(dtype);
+    // float32 angles as HF computes them (float64 only when asked, for tests).
+    auto ft = dtype == DT_F64 ? at::kDouble : at::kFloat;
+    auto f = T(inv_freq).to(ft);
+    auto p = T(positions).to(f.device(), ft);
+    auto ang = p.unsqueeze(-1) * f; // (..., T, D/2)
+    auto emb = at::cat({ang, ang}, -1);
+    auto c = emb.cos(), s = emb.sin();
+    if (scale != 1.0) {
+      c = c * scale;
+      s = s * scale;
+    }
+    auto c_ = c.to(stype(dtype)), s_ = s.to(stype(dtype));
+    *cos = W(c_);
+    *sin = W(s_);
+  });
+}
+
+dt_err dt_rope(dt_tensor x, dt_tensor cos, dt_tensor sin, dt_tensor *out) {
+  return guard([&] { *out = W(rope(T(x), T(cos), T(sin))); });
+}
+
+dt_err dt_sdpa(dt_tensor q, dt_tensor k, dt_tensor v, dt_tensor mask, int causal, double scale, int impl,
+               dt_tensor *out) {
+  return guard([&] { *out = W(attention(T(q), T(k), T(v), opt(mask), causal != 0, scale, impl)); });
+}
+
+dt_err dt_cross_entropy(dt_tensor logits, dt_tensor targets, int64_t ignore_index, int reduction,
+                        dt_tensor *out) {
+  return guard([&] {
+    TORCH_CHECK(reduction >= 0 && reduction <= 2, "unknown reduction ", reduction);
+    auto r = reduction == 0 ? at::Reduction::None : reduction == 1 ? at::Reduction::Mean : at::Reduction::Sum;
+    *out = W(at::cross_entropy_loss(T(logits), T(targets), {}, r, ignore_index));
+  });
+}
+
+dt_err dt_topk(dt_tensor t, int64_t k, int64_t dim, dt_tensor *values, dt_tensor *indices) {
+  return guard([&] {
+    auto r = at::topk(T(t), k, dim);
+    auto v = std::get<0>(r), i = std::get<1>(r);
+    *values = W(v);
+    *indices = W(i);
+  });
+}
+
+dt_err dt_multinomial(dt_tensor probs, int64_t n, int replacement, dt_tensor *out) {
+  return guard([&] { *out = W(at::multinomial(T(probs), n, replacement != 0)); });
+}
+
+dt_err dt_attn_block(dt_tensor x, dt_tensor norm_w, dt_tensor wq, dt_tensor wk, dt_tensor wv, dt_tensor wo,
+                     dt_tensor bq, dt_tensor bk, dt_tensor bv, dt_tensor cos, dt_tensor sin, dt_tensor mask,
+                     int causal, int n_head, int n_kv_head, double eps, double attn_scale, dt_tensor kcache,
+                     dt_tensor vcache, int64_t pos, int impl, dt_tensor *out) {
+  return guard([&] {
+    const auto &xx = T(x);
+    TORCH_CHECK(xx.dim() == 3, "attn_block: x must be (B, T, C)");
+    TORCH_CHECK(n_head > 0 && n_kv_head > 0, "attn_block: head counts must be positive");
+    auto B = xx.size(0), L = xx.size(1);
+    auto h = rms_norm(xx, T(norm_w), eps);
+    auto q = at::linear(h, T(wq), opt(bq)); // (B, T, H*D)
+    auto k = at::linear(h, T(wk), opt(bk)); // (B, T, Hkv*D)
+    auto v = at::linear(h, T(wv), opt(bv));
+    auto D = q.size(-1) / n_head;
+    q = q.view({B, L, n_head, D}).transpose(1, 2);    // (B, H, T, D)
+    k = k.view({B, L, n_kv_head, D}).transpose(1, 2); // (B, Hkv, T, D)
+    v = v.view({B, L, n_kv_head, D}).transpose(1, 2);
+    q = rope(q, T(cos), T(sin));
+    k = rope(k, T(cos), T(sin));
+    if (kcache) {
+      TORCH_CHECK(vcache, "attn_block: kcache without vcache");
+      auto &kc = T(kcache);
+      auto &vc = T(vcache);
+      TORCH_CHECK(pos >= 0 && pos + L <= kc.size(2), "attn_block: positions [", pos, ", ", pos + L,
+                  ") exceed the KV cache of ", kc.size(2));
+      {
+        at::NoGradGuard ng;
+        kc.narrow(2, pos, L).copy_(k);
+        vc.narrow(2, pos, L).copy_(v);
+      }
+      k = kc.narrow(2, 0, pos + L);
+      v = vc.narrow(2, 0, pos + L);
+    }
+    auto y = attention(q, k, v, opt(mask), causal != 0, attn_scale, impl); // (B, H, T, D)
+    y = y.transpose(1, 2).reshape({B, L, n_head * D});
+    *out = W(xx + at::linear(y, T(wo)));
+  });
+}
+
+dt_err dt_mlp_block(dt_tensor x, dt_tensor norm_w, dt_tensor w_gate, dt_tensor w_up, dt_tensor w_down,
+                    double eps, dt_tensor *out) {
+  return guard([&] {
+    auto h = rms_norm(T(x), T(norm_w), eps);
+    auto g = at::silu(at::linear(h, T(w_gate))) * at::linear(h, T(w_up));
+    *out = W(T(x) + at::linear(g, T(w_down)));
+  });
+}
+
+dt_err dt_set_requires_grad(dt_tensor t, int on) {
+  return guard([&] { T(t).set_requires_grad(on != 0); });
+}
+
+int dt_requires_grad(dt_tensor t) { return T(t).requires_grad() ? 1 : 0; }
+
+dt_err dt_backward(dt_tensor t) {
+  return guard([&] { T(t).backward(); });
+}
+
+dt_err dt_grad(dt_tensor t, dt_tensor *out) {
+  return guard([&] {
+    auto g = T(t).grad();
+    *out = g.defined() ? W(g) : nullptr;
+  });
+}
+
+dt_err dt_zero_grad(dt_tensor t) {
+  return guard([&] {
+    auto &g = T(t).mutable_grad();
+    if (g.defined()) g = at::Tensor();
+  });
+}
+
+void dt_set_grad_enabled(int on) { at::GradMode::set_enabled(on != 0); }
+int dt_is_grad_enabled(void) { return at::GradMode::is_enabled() ? 1 : 0; }
+
+dt_err dt_clip_grad_norm(const dt_tensor *params, int n, double max_norm, double *norm) {
+  return guard([&] {
+    std::vector<at::Tensor> ps;
+    for (int i = 0; i < n; i++) ps.push_back(T(params[i]));
+    *norm = torch::nn::utils::clip_grad_norm_(ps, max_norm);
+  });
+}
+
+dt_err dt_adamw_new(const dt_tensor *params, int n, double lr, double beta1, double beta2, double eps,
+                    double weight_decay, dt_optim *out) {
+  return guard([&] {
+    std::vector<at::Tensor> ps;
+    for (int i = 0; i < n; i++) ps.push_back(T(params[i]));
+    auto o = torch::optim::AdamWOptions(lr).betas({beta1, beta2}).eps(eps).weight_decay(weight_decay);
+    *out = new torch::optim::AdamW(ps, o);
+  });
+}
+
+dt_err dt_adamw_step(dt_optim o) {
+  return guard([&] { static_cast<torch::optim::AdamW *>(o)->step(); });
+}
+
+dt_err dt_adamw_zero_grad(dt_optim o) {
+  return guard([&] { static_cast<torch::optim::AdamW *>(o)->zero_grad(); });
+}
+
+void dt_adamw_set_lr(dt_optim o, double lr) {
+  auto *opt = static_cast<torch::optim::AdamW *>(o);
+  for (auto &g : opt->param_groups()) static_cast<torch::optim::AdamWOptions &>(g.options()).lr(lr);
+}
+
+void dt_adamw_free(dt_optim o) { delete static_cast<torch::optim::AdamW *>(o); }
+
+} // extern "C"

@@ -1,0 +1,209 @@
+/*
+ * dllm_torch.h: the C interface of libdllmtorch.so, the only bridge between Go
+ * and libtorch's C++ API.
+ *
+ * Rules that keep the CPU build (Debian libtorch 1.13) and the GPU build (the
+ * PyTorch wheel's libtorch) interchangeable under one Go binary:
+ *   - plain C types only; tensors are opaque handles freed with dt_free;
+ *   - every function that can fail returns NULL on success or a malloc'd error
+ *     message (libtorch's text without its C++ backtrace) that the caller
+ *     releases with dt_free_error;
+ *   - the interface is append-only; DT_ABI_VERSION changes whenever an existing
+ *     signature or meaning changes, and Go refuses a library whose
+ *     dt_abi_version() differs from the one it was built for.
+ */
+#ifndef DLLM_TORCH_H
+#define DLLM_TORCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DT_ABI_VERSION 1
+
+typedef void *dt_tensor;
+typedef void *dt_optim;
+typedef char *dt_err;
+
+/* Scalar types, numbered as c10::ScalarType so conversion is a cast. */
+enum {
+  DT_U8 = 0, DT_I8 = 1, DT_I16 = 2, DT_I32 = 3, DT_I64 = 4,
+  DT_F16 = 5, DT_F32 = 6, DT_F64 = 7, DT_BOOL = 11, DT_BF16 = 15
+};
+
+/* Elementwise unary ops for dt_unary. */
+enum {
+  DT_NEG = 0, DT_EXP, DT_LOG, DT_SQRT, DT_RSQRT, DT_SILU, DT_SIGMOID, DT_TANH,
+  DT_ABS, DT_COS, DT_SIN, DT_RELU, DT_LOGICAL_NOT
+};
+
+/* Elementwise binary ops for dt_binary (broadcasting). */
+enum {
+  DT_ADD = 0, DT_SUB, DT_MUL, DT_DIV, DT_POW, DT_MAXIMUM, DT_MINIMUM,
+  DT_EQ, DT_NE, DT_LT, DT_LE, DT_GT, DT_GE, DT_LOGICAL_AND, DT_LOGICAL_OR
+};
+
+/* Reductions for dt_reduce; dim < 0 counts from the end. */
+enum { DT_SUM = 0, DT_MEAN, DT_MAX, DT_MIN, DT_ARGMAX, DT_ARGMIN, DT_LOGSUMEXP };
+
+/* Attention kernels for dt_sdpa: AUTO uses libtorch's fused SDPA where the
+ * version has one (>= 2.0) and MATH the explicit softmax(QK^T)V everywhere. */
+enum { DT_ATTN_AUTO = 0, DT_ATTN_MATH = 1 };
+
+/* --- library ------------------------------------------------------------ */
+int dt_abi_version(void);
+/* libtorch's version string, e.g. "1.13.1"; static storage. */
+const char *dt_torch_version(void);
+void dt_free_error(dt_err err);
+/* Number of tensor handles alive (created and not yet freed). */
+int64_t dt_live_tensors(void);
+void dt_set_num_threads(int n);
+int dt_get_num_threads(void);
+void dt_manual_seed(uint64_t seed);
+
+/* --- devices ------------------------------------------------------------ */
+int dt_cuda_is_available(void);
+int dt_cuda_device_count(void);
+dt_err dt_cuda_synchronize(int device);
+/* Bytes allocated, reserved and peak-allocated by the caching allocator. */
+dt_err dt_cuda_memory_stats(int device, int64_t *allocated, int64_t *reserved,
+                            int64_t *peak);
+dt_err dt_cuda_empty_cache(void);
+
+/* --- tensors ------------------------------------------------------------ */
+void dt_free(dt_tensor t);
+/* Copies nbytes of host data (laid out as dtype, shape) into a new tensor on
+ * device (device_type 0 = cpu, 1 = cuda; index for cuda). */
+dt_err dt_from_data(const void *data, size_t nbytes, int dtype,
+                    const int64_t *shape, int ndim, int device_type,
+                    int device_index, dt_tensor *out);
+/* fill: 0 empty, 1 zeros, 2 ones, 3 full(value), 4 randn, 5 rand. */
+dt_err dt_new(int fill, double value, int dtype, const int64_t *shape, int ndim,
+              int device_type, int device_index, dt_tensor *out);
+dt_err dt_arange(int64_t start, int64_t end, int dtype, int device_type,
+                 int device_index, dt_tensor *out);
+int dt_ndim(dt_tensor t);
+/* Writes min(ndim, cap) sizes. */
+void dt_shape(dt_tensor t, int64_t *shape, int cap);
+int dt_dtype(dt_tensor t);
+/* device_type 0 cpu, 1 cuda. */
+void dt_device(dt_tensor t, int *device_type, int *device_index);
+int64_t dt_numel(dt_tensor t);
+/* Copies the tensor, converted to dtype and made contiguous, into host memory
+ * of nbytes (must be exactly numel * element size). */
+dt_err dt_to_host(dt_tensor t, int dtype, void *dst, size_t nbytes);
+dt_err dt_to(dt_tensor t, int dtype, int device_type, int device_index,
+             dt_tensor *out);
+dt_err dt_clone(dt_tensor t, dt_tensor *out);
+dt_err dt_contiguous(dt_tensor t, dt_tensor *out);
+/* dst[...] = src (broadcast), in place, without recording autograd history. */
+dt_err dt_copy_(dt_tensor dst, dt_tensor src);
+dt_err dt_fill_(dt_tensor t, double value);
+
+/* --- shape ops (views where libtorch can) ------------------------------- */
+dt_err dt_reshape(dt_tensor t, const int64_t *shape, int ndim, dt_tensor *out);
+dt_err dt_permute(dt_tensor t, const int64_t *dims, int ndim, dt_tensor *out);
+dt_err dt_transpose(dt_tensor t, int64_t d0, int64_t d1, dt_tensor *out);
+dt_err dt_narrow(dt_tensor t, int64_t dim, int64_t start, int64_t len,
+                 dt_tensor *out);
+dt_err dt_cat(const dt_tensor *ts, int n, int64_t dim, dt_tensor *out);
+dt_err dt_index_select(dt_tensor t, int64_t dim, dt_tensor index,
+                       dt_tensor *out);
+dt_err dt_gather(dt_tensor t, int64_t dim, dt_tensor index, dt_tensor *out);
+/* t[index] = values along dim 0 style: out = t with t.index_put_({index}, v). */
+dt_err dt_index_put_(dt_tensor t, dt_tensor index, dt_tensor values);
+dt_err dt_masked_fill(dt_tensor t, dt_tensor mask, double value,
+                      dt_tensor *out);
+dt_err dt_where(dt_tensor cond, dt_tensor a, dt_tensor b, dt_tensor *out);
+dt_err dt_expand(dt_tensor t, const int64_t *shape, int ndim, dt_tensor *out);
+
+/* --- arithmetic ---------------------------------------------------------- */
+dt_err dt_unary(int op, dt_tensor t, dt_tensor *out);
+dt_err dt_binary(int op, dt_tensor a, dt_tensor b, dt_tensor *out);
+/* op(a, scalar) with the binary op codes. */
+dt_err dt_binary_scalar(int op, dt_tensor a, double s, dt_tensor *out);
+dt_err dt_reduce(int op, dt_tensor t, int64_t dim, int keepdim,
+                 dt_tensor *out);
+/* Sum or mean of all elements (op DT_SUM or DT_MEAN). */
+dt_err dt_reduce_all(int op, dt_tensor t, dt_tensor *out);
+dt_err dt_matmul(dt_tensor a, dt_tensor b, dt_tensor *out);
+/* x @ w^T + b; b may be NULL. */
+dt_err dt_linear(dt_tensor x, dt_tensor w, dt_tensor b, dt_tensor *out);
+dt_err dt_embedding(dt_tensor weight, dt_tensor ids, dt_tensor *out);
+dt_err dt_softmax(dt_tensor t, int64_t dim, int log, dt_tensor *out);
+/* HF-style RMSNorm: compute in float32, cast back, then scale by w. */
+dt_err dt_rms_norm(dt_tensor x, dt_tensor w, double eps, dt_tensor *out);
+/* cos, sin (..., T, D) for positions (T) or (B, T) from inv_freq (D/2):
+ * angles in float32 as HF computes them, times scale, cast to dtype. */
+dt_err dt_rope_tables(dt_tensor inv_freq, dt_tensor positions, double scale,
+                      int dtype, dt_tensor *cos, dt_tensor *sin);
+/* x * cos + rotate_half(x) * sin for x (B, H, T, D), cos/sin (T, D) or
+ * (B, T, D). */
+dt_err dt_rope(dt_tensor x, dt_tensor cos, dt_tensor sin, dt_tensor *out);
+/* Attention for q (B, H, T, D) over k, v (B, Hkv, S, D), H a multiple of Hkv.
+ * mask: NULL or bool broadcastable to (B, H, T, S), true = may attend.
+ * causal: lower-right aligned causal mask (only with mask == NULL).
+ * scale <= 0 means 1/sqrt(D). */
+dt_err dt_sdpa(dt_tensor q, dt_tensor k, dt_tensor v, dt_tensor mask,
+               int causal, double scale, int impl, dt_tensor *out);
+/* Mean cross-entropy of logits (N, V) against targets (N), skipping targets
+ * equal to ignore_index; reduction 0 none, 1 mean, 2 sum. */
+dt_err dt_cross_entropy(dt_tensor logits, dt_tensor targets,
+                        int64_t ignore_index, int reduction, dt_tensor *out);
+dt_err dt_topk(dt_tensor t, int64_t k, int64_t dim, dt_tensor *values,
+               dt_tensor *indices);
+/* Samples n indices per row of probs (R, V) (or (V)). */
+dt_err dt_multinomial(dt_tensor probs, int64_t n, int replacement,
+                      dt_tensor *out);
+
+/* --- fused model blocks -------------------------------------------------- */
+/* Attention for q/k/v after projection and RoPE is done by dt_sdpa; this
+ * block is the whole pre-norm attention sublayer of a Llama layer:
+ *   h = rms_norm(x) ; q,k,v = h Wq, h Wk, h Wv (+ bias) ; rope(q, k)
+ *   if kcache: kcache[:, :, pos:pos+T] = k (same for v), attend over [0, pos+T)
+ *   out = x + attn(q, k, v, mask) Wo
+ * x (B, T, C); cos/sin (T, D) or (B, T, D); mask NULL or bool (B|1, 1, T, S);
+ * causal as in dt_sdpa; kcache/vcache NULL or (B, Hkv, Tmax, D). */
+dt_err dt_attn_block(dt_tensor x, dt_tensor norm_w, dt_tensor wq, dt_tensor wk,
+                     dt_tensor wv, dt_tensor wo, dt_tensor bq, dt_tensor bk,
+                     dt_tensor bv, dt_tensor cos, dt_tensor sin,
+                     dt_tensor mask, int causal, int n_head, int n_kv_head,
+                     double eps, double attn_scale, dt_tensor kcache,
+                     dt_tensor vcache, int64_t pos, int impl, dt_tensor *out);
+/* out = x + W_down(silu(h W_gate) * (h W_up)), h = rms_norm(x). */
+dt_err dt_mlp_block(dt_tensor x, dt_tensor norm_w, dt_tensor w_gate,
+                    dt_tensor w_up, dt_tensor w_down, double eps,
+                    dt_tensor *out);
+
+/* --- autograd ------------------------------------------------------------ */
+dt_err dt_set_requires_grad(dt_tensor t, int on);
+int dt_requires_grad(dt_tensor t);
+/* Backpropagates from a scalar tensor. */
+dt_err dt_backward(dt_tensor t);
+/* The accumulated gradient, or *out = NULL when there is none. */
+dt_err dt_grad(dt_tensor t, dt_tensor *out);
+dt_err dt_zero_grad(dt_tensor t);
+/* Grad mode is per OS thread: Go pins the goroutine while it is off. */
+void dt_set_grad_enabled(int on);
+int dt_is_grad_enabled(void);
+/* Scales gradients so their global L2 norm is at most max_norm; returns the
+ * norm before clipping. */
+dt_err dt_clip_grad_norm(const dt_tensor *params, int n, double max_norm,
+                         double *norm);
+
+/* --- optimiser ----------------------------------------------------------- */
+dt_err dt_adamw_new(const dt_tensor *params, int n, double lr, double beta1,
+                    double beta2, double eps, double weight_decay,
+                    dt_optim *out);
+dt_err dt_adamw_step(dt_optim o);
+dt_err dt_adamw_zero_grad(dt_optim o);
+void dt_adamw_set_lr(dt_optim o, double lr);
+void dt_adamw_free(dt_optim o);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
