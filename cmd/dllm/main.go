@@ -21,6 +21,9 @@ func main() {
 		Version: version,
 		Commands: []*cli.Command{
 			versionCommand(),
+			inspectCommand(),
+			logitsCommand(),
+			benchCommand(),
 		},
 	}
 	if err := app.Run(context.Background(), os.Args); err != nil {

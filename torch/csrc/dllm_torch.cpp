@@ -220,7 +220,8 @@ dt_err dt_cuda_memory_stats(int device, int64_t *allocated, int64_t *reserved, i
   return guard([&] {
 #ifdef DLLM_CUDA
     auto s = c10::cuda::CUDACachingAllocator::getDeviceStats(device);
-    auto agg = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+    // Index 0 is StatType::AGGREGATE, whose namespace moved between versions.
+    const size_t agg = 0;
     *allocated = s.allocated_bytes[agg].current;
     *reserved = s.reserved_bytes[agg].current;
     *peak = s.allocated_bytes[agg].peak;
