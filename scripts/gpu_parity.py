@@ -28,11 +28,23 @@ def main():
     a = ap.parse_args()
     rows = []
 
+    print("torch allow_tf32:", torch.backends.cuda.matmul.allow_tf32, torch.get_float32_matmul_precision())
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
     cfg = AutoConfig.from_pretrained(a.config)
     torch.manual_seed(0)
     t0 = time.time()
     with torch.device("cuda"):
         m = LlamaForCausalLM(cfg).to(torch.bfloat16).eval()
+    # model.to(bf16) also rounds the RoPE inv_freq buffer to bf16 (~4e-3
+    # relative), which from_pretrained(dtype=bf16) does not do: restore the
+    # float32 frequencies so the reference is the one users get.
+    rot = m.model.rotary_emb
+    print("inv_freq dtype after .to(bf16):", rot.inv_freq.dtype)
+    d = cfg.head_dim
+    theta = getattr(cfg, "rope_theta", None) or cfg.rope_parameters["rope_theta"]
+    inv = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.int64).to("cuda", torch.float) / d))
+    rot.register_buffer("inv_freq", inv, persistent=False)
     t1 = time.time()
     m.save_pretrained(a.out, safe_serialization=True)
     t2 = time.time()
@@ -41,29 +53,50 @@ def main():
 
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(0, cfg.vocab_size, (1, a.tokens), generator=g)
+    full = torch.ones(1, 1, a.tokens, a.tokens, dtype=torch.bool, device="cuda")
+    ref = {}
     with torch.no_grad():
         x = ids.cuda()
-        causal = m(x).logits.float().cpu()
-        full = torch.ones(1, 1, a.tokens, a.tokens, dtype=torch.bool, device="cuda")
-        bidir = m(x, attention_mask=full).logits.float().cpu()
-    assert rel_err_rows(causal, bidir) > 1e-2, "bidirectional mask had no effect"
+        for dt in ("bf16", "f32"):
+            if dt == "f32":
+                m = m.float()  # the same weights, upcast exactly
+            ref[("causal", dt)] = m(x).logits.float().cpu()
+            ref[("bidirectional", dt)] = m(x, attention_mask=full).logits.float().cpu()
+        # The float32 model on the CPU too: an answer free of GPU kernel choices.
+        m = m.cpu()
+        ref[("causal", "cpu")] = m(ids).logits.float()
+    assert rel_err_rows(ref[("causal", "f32")], ref[("bidirectional", "f32")]) > 1e-2, "bidirectional mask had no effect"
     del m
     torch.cuda.empty_cache()
 
+    # Pass bars: float32 against float32 checks the maths at full size; in
+    # bf16 two correct implementations differ by rounding noise that grows with
+    # depth, so dllm's bf16 logits must be as close to the float32 reference
+    # as transformers' own bf16 logits are (within 1.5x), and the dllm-vs-
+    # transformers bf16 gap is reported beside it.
     idstr = ",".join(str(i) for i in ids[0].tolist())
-    for name, want in (("causal", causal), ("bidirectional", bidir)):
-        t0 = time.time()
-        out = subprocess.run(["bin/dllm", "logits", "--model", a.out, "--ids", idstr, "--attention", name,
-                              "--dtype", "bf16", "--device", "cuda", "--json"],
-                             check=True, capture_output=True, text=True).stdout
-        wall = time.time() - t0
-        got = torch.tensor(json.loads(out)["logits"]).unsqueeze(0)
-        err = rel_err_rows(got, want[0:1])
-        # Also the error bf16 noise alone causes: transformers' own causal vs
-        # its logits at float32 is not available without a second model, so
-        # the bar is the 1e-2 the issue sets.
-        rows.append((f"parity {name} (max row rel. error, bf16)", f"{err:.2e} {'PASS' if err < 1e-2 else 'FAIL'}"))
-        rows.append((f"dllm logits wall time ({name}, load 5 GB + forward)", f"{wall:.1f} s"))
+    for name in ("causal", "bidirectional"):
+        got = {}
+        for dt in ("f32", "bf16"):
+            t0 = time.time()
+            out = subprocess.run(["bin/dllm", "logits", "--model", a.out, "--ids", idstr, "--attention", name,
+                                  "--dtype", dt, "--device", "cuda", "--json"],
+                                 check=True, capture_output=True, text=True).stdout
+            rows.append((f"dllm logits wall time ({name}, {dt}: load + forward)", f"{time.time() - t0:.1f} s"))
+            got[dt] = torch.tensor(json.loads(out)["logits"]).unsqueeze(0)
+        e32 = rel_err_rows(got["f32"], ref[(name, "f32")])
+        rows.append((f"{name}: dllm f32 vs transformers f32", f"{e32:.2e} {'PASS' if e32 < 1e-4 else 'FAIL'}"))
+        hf = rel_err_rows(ref[(name, "bf16")], ref[(name, "f32")])
+        ours = rel_err_rows(got["bf16"], ref[(name, "f32")])
+        rows.append((f"{name}: transformers bf16 vs f32 (bf16 noise)", f"{hf:.2e}"))
+        rows.append((f"{name}: dllm bf16 vs transformers f32", f"{ours:.2e} {'PASS' if ours < 1.5 * hf else 'FAIL'}"))
+        rows.append((f"{name}: dllm bf16 vs transformers bf16", f"{rel_err_rows(got['bf16'], ref[(name, 'bf16')]):.2e}"))
+    rows.append(("causal: transformers f32 GPU vs CPU", f"{rel_err_rows(ref[('causal', 'f32')], ref[('causal', 'cpu')]):.2e}"))
+    out = subprocess.run(["bin/dllm", "logits", "--model", a.out, "--ids", idstr, "--attention", "causal",
+                          "--dtype", "f32", "--device", "cpu", "--json"], check=True, capture_output=True, text=True).stdout
+    got = torch.tensor(json.loads(out)["logits"]).unsqueeze(0)
+    e = rel_err_rows(got, ref[("causal", "cpu")])
+    rows.append(("causal: dllm f32 CPU vs transformers f32 CPU", f"{e:.2e} {'PASS' if e < 1e-4 else 'FAIL'}"))
 
     bench = subprocess.run(["bin/dllm", "bench", "forward", "--model", a.out, "--device", "cuda", "--dtype", "bf16"]
                            + a.bench.split(), check=True, capture_output=True, text=True).stdout

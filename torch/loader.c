@@ -19,6 +19,10 @@ static int (*p_get_num_threads)(void);
 int dtl_get_num_threads(void) { return p_get_num_threads(); }
 static void (*p_manual_seed)(uint64_t seed);
 void dtl_manual_seed(uint64_t seed) { p_manual_seed(seed); }
+static void (*p_set_allow_tf32)(int on);
+void dtl_set_allow_tf32(int on) { p_set_allow_tf32(on); }
+static int (*p_get_allow_tf32)(void);
+int dtl_get_allow_tf32(void) { return p_get_allow_tf32(); }
 static int (*p_cuda_is_available)(void);
 int dtl_cuda_is_available(void) { return p_cuda_is_available(); }
 static int (*p_cuda_device_count)(void);
@@ -171,6 +175,8 @@ const char *dtl_open(const char *path) {
   RESOLVE(set_num_threads)
   RESOLVE(get_num_threads)
   RESOLVE(manual_seed)
+  RESOLVE(set_allow_tf32)
+  RESOLVE(get_allow_tf32)
   RESOLVE(cuda_is_available)
   RESOLVE(cuda_device_count)
   RESOLVE(cuda_synchronize)

@@ -13,6 +13,8 @@ int64_t dtl_live_tensors(void);
 void dtl_set_num_threads(int n);
 int dtl_get_num_threads(void);
 void dtl_manual_seed(uint64_t seed);
+void dtl_set_allow_tf32(int on);
+int dtl_get_allow_tf32(void);
 int dtl_cuda_is_available(void);
 int dtl_cuda_device_count(void);
 dt_err dtl_cuda_synchronize(int device);

@@ -179,6 +179,19 @@ func ManualSeed(seed uint64) {
 	C.dtl_manual_seed(C.uint64_t(seed))
 }
 
+// SetAllowTF32 lets float32 matmuls on the GPU use TF32 (faster, ~1e-3
+// relative error per product); libtorch's default is off.
+func SetAllowTF32(on bool) {
+	mustLoad()
+	C.dtl_set_allow_tf32(cbool(on))
+}
+
+// AllowTF32 reports whether float32 GPU matmuls may use TF32.
+func AllowTF32() bool {
+	mustLoad()
+	return C.dtl_get_allow_tf32() != 0
+}
+
 // LiveTensors counts tensors created and not yet freed, for leak checks.
 func LiveTensors() int64 {
 	mustLoad()

@@ -24,6 +24,7 @@ func main() {
 			inspectCommand(),
 			logitsCommand(),
 			benchCommand(),
+			tokenizeCommand(),
 		},
 	}
 	if err := app.Run(context.Background(), os.Args); err != nil {

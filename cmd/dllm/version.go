@@ -31,7 +31,7 @@ func versionCommand() *cli.Command {
 			}
 			fmt.Fprintf(w, "libtorch %s (shim %s, ABI %d, %d threads)\n", torch.Version(), torch.ShimPath(), torch.ABIVersion, torch.NumThreads())
 			if torch.CUDAAvailable() {
-				fmt.Fprintf(w, "cuda: %d device(s)\n", torch.CUDADeviceCount())
+				fmt.Fprintf(w, "cuda: %d device(s), tf32 matmul %v\n", torch.CUDADeviceCount(), torch.AllowTF32())
 			} else {
 				fmt.Fprintf(w, "cuda: not available\n")
 			}

@@ -202,6 +202,8 @@ int64_t dt_live_tensors(void) { return live.load(); }
 void dt_set_num_threads(int n) { at::set_num_threads(n); }
 int dt_get_num_threads(void) { return at::get_num_threads(); }
 void dt_manual_seed(uint64_t seed) { torch::manual_seed(seed); }
+void dt_set_allow_tf32(int on) { at::globalContext().setAllowTF32CuBLAS(on != 0); }
+int dt_get_allow_tf32(void) { return at::globalContext().allowTF32CuBLAS() ? 1 : 0; }
 
 int dt_cuda_is_available(void) { return torch::cuda::is_available() ? 1 : 0; }
 int dt_cuda_device_count(void) { return static_cast<int>(torch::cuda::device_count()); }

@@ -63,6 +63,9 @@ int64_t dt_live_tensors(void);
 void dt_set_num_threads(int n);
 int dt_get_num_threads(void);
 void dt_manual_seed(uint64_t seed);
+/* Allows (1) or forbids (0) TF32 for float32 matmuls on the GPU. */
+void dt_set_allow_tf32(int on);
+int dt_get_allow_tf32(void);
 
 /* --- devices ------------------------------------------------------------ */
 int dt_cuda_is_available(void);
