@@ -58,14 +58,7 @@ func benchForward(ctx context.Context, c *cli.Command) (err error) {
 	if err != nil {
 		return err
 	}
-	dt, err := torch.ParseDType(c.String("dtype"))
-	if err != nil {
-		return err
-	}
-	if err := torch.Load(); err != nil {
-		return err
-	}
-	dev, err := pickDevice(c.String("device"))
+	dev, dt, err := placement(c.String("device"), c.String("dtype"))
 	if err != nil {
 		return err
 	}

@@ -34,14 +34,7 @@ func logitsCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			dt, err := torch.ParseDType(c.String("dtype"))
-			if err != nil {
-				return err
-			}
-			if err := torch.Load(); err != nil {
-				return err
-			}
-			dev, err := pickDevice(c.String("device"))
+			dev, dt, err := placement(c.String("device"), c.String("dtype"))
 			if err != nil {
 				return err
 			}

@@ -47,6 +47,20 @@ func versionCommand() *cli.Command {
 	}
 }
 
+// placement reads the --device and --dtype flags, loading the shim first
+// (the device check needs it).
+func placement(device, dtype string) (torch.Device, torch.DType, error) {
+	dt, err := torch.ParseDType(dtype)
+	if err != nil {
+		return torch.CPU, 0, err
+	}
+	if err := torch.Load(); err != nil {
+		return torch.CPU, 0, err
+	}
+	dev, err := pickDevice(device)
+	return dev, dt, err
+}
+
 // pickDevice resolves "auto" to the first GPU when there is one, and checks
 // that a named GPU exists.
 func pickDevice(s string) (torch.Device, error) {
