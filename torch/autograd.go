@@ -87,17 +87,21 @@ type AdamWConfig struct {
 	Beta1       float64 // default 0.9
 	Beta2       float64 // default 0.999
 	Eps         float64 // default 1e-8
-	WeightDecay float64 // decoupled decay, default 0.01
+	WeightDecay float64 // decoupled decay
 }
 
-// AdamW is libtorch's AdamW optimiser over a fixed list of parameters; its
-// moment buffers live on the parameters' device.
+// AdamW is decoupled-weight-decay Adam over a fixed list of parameters. Its
+// moment buffers are float32 tensors on the parameters' devices, held here
+// so that checkpoints can save and restore them exactly (State, SetState).
 type AdamW struct {
-	p      C.dt_optim
-	params []*Tensor
+	Config AdamWConfig
+	Params []*Tensor
+	M, V   []*Tensor // first and second moments, one per parameter
+	Steps  int64     // updates applied so far
 }
 
-// NewAdamW creates the optimiser; zero Beta1/Beta2/Eps take the defaults.
+// NewAdamW creates the optimiser with zeroed moments; zero Beta1, Beta2 and
+// Eps take the defaults.
 func NewAdamW(params []*Tensor, c AdamWConfig) *AdamW {
 	mustLoad()
 	if c.Beta1 == 0 {
@@ -109,37 +113,50 @@ func NewAdamW(params []*Tensor, c AdamWConfig) *AdamW {
 	if c.Eps == 0 {
 		c.Eps = 1e-8
 	}
-	hs, free := handles(params)
-	defer free()
-	var o C.dt_optim
-	e := C.dtl_adamw_new(hs, C.int(len(params)), C.double(c.LR), C.double(c.Beta1), C.double(c.Beta2),
-		C.double(c.Eps), C.double(c.WeightDecay), &o)
-	runtime.KeepAlive(params)
-	check("adamw_new", e)
-	return &AdamW{p: o, params: params}
+	a := &AdamW{Config: c, Params: params}
+	for _, p := range params {
+		a.M = append(a.M, Zeros(p.Shape(), Float32, p.Device()))
+		a.V = append(a.V, Zeros(p.Shape(), Float32, p.Device()))
+	}
+	return a
 }
 
 // Step applies one update from the accumulated gradients.
 func (a *AdamW) Step() {
-	mustLoad()
-	e := C.dtl_adamw_step(a.p)
-	runtime.KeepAlive(a.params)
-	check("adamw_step", e)
+	a.Steps++
+	c := a.Config
+	for i, p := range a.Params {
+		m, v := a.M[i], a.V[i]
+		do("adamw_update", func() C.dt_err {
+			return C.dtl_adamw_update(p.h(), m.h(), v.h(), C.int64_t(a.Steps), C.double(c.LR),
+				C.double(c.Beta1), C.double(c.Beta2), C.double(c.Eps), C.double(c.WeightDecay))
+		}, p, m, v)
+	}
 }
 
-// ZeroGrad clears the parameters' gradients.
+// ZeroGrad drops the parameters' gradients.
 func (a *AdamW) ZeroGrad() {
-	mustLoad()
-	check("adamw_zero_grad", C.dtl_adamw_zero_grad(a.p))
+	for _, p := range a.Params {
+		p.ZeroGrad()
+	}
 }
 
 // SetLR changes the learning rate for the next steps.
-func (a *AdamW) SetLR(lr float64) { C.dtl_adamw_set_lr(a.p, C.double(lr)) }
+func (a *AdamW) SetLR(lr float64) { a.Config.LR = lr }
 
-// Close frees the optimiser state.
+// Close frees the moment buffers.
 func (a *AdamW) Close() {
-	if a.p != nil {
-		C.dtl_adamw_free(a.p)
-		a.p = nil
-	}
+	Free(a.M...)
+	Free(a.V...)
+	a.M, a.V = nil, nil
+}
+
+// BackwardGrad backpropagates grad (shaped like t) from t.
+func (t *Tensor) BackwardGrad(grad *Tensor) {
+	do("backward_grad", func() C.dt_err { return C.dtl_backward_grad(t.h(), grad.h()) }, t, grad)
+}
+
+// Detach is t cut from the autograd graph (sharing its storage).
+func (t *Tensor) Detach() *Tensor {
+	return call("detach", func(out *C.dt_tensor) C.dt_err { return C.dtl_detach(t.h(), out) }, t)
 }

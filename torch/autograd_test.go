@@ -169,3 +169,55 @@ func TestClipGradNorm(t *testing.T) {
 	}
 	closeTo(t, "clipped grad", f64(p.Grad()), []float64{0.6, 0.8}, 1e-6)
 }
+
+func TestAdamWMatchesFormula(t *testing.T) {
+	// Two updates by hand: m = b1 m + (1-b1) g, v = b2 v + (1-b2) g²,
+	// p -= lr (p wd + m/(1-b1^k) / (sqrt(v/(1-b2^k)) + eps)).
+	p0 := []float64{0.5, -1, 2}
+	p := FromSlice(p0).To(Float32, CPU).SetRequiresGrad(true)
+	c := AdamWConfig{LR: 0.1, Beta1: 0.8, Beta2: 0.9, Eps: 1e-3, WeightDecay: 0.05}
+	opt := NewAdamW([]*Tensor{p}, c)
+	defer opt.Close()
+	want := append([]float64(nil), p0...)
+	m, v := make([]float64, 3), make([]float64, 3)
+	for k := 1; k <= 2; k++ {
+		opt.ZeroGrad()
+		p.Mul(p).Mul(p).SumAll().Backward() // g = 3 p²
+		opt.Step()
+		for i := range want {
+			g := 3 * want[i] * want[i]
+			m[i] = c.Beta1*m[i] + (1-c.Beta1)*g
+			v[i] = c.Beta2*v[i] + (1-c.Beta2)*g*g
+			mh := m[i] / (1 - math.Pow(c.Beta1, float64(k)))
+			vh := v[i] / (1 - math.Pow(c.Beta2, float64(k)))
+			want[i] -= c.LR * (want[i]*c.WeightDecay + mh/(math.Sqrt(vh)+c.Eps))
+		}
+	}
+	closeTo(t, "adamw", f64(p), want, 1e-5)
+	closeTo(t, "adamw m", f64(opt.M[0]), m, 1e-5)
+	if opt.Steps != 2 {
+		t.Fatalf("steps %d", opt.Steps)
+	}
+	// A parameter without a gradient is left alone.
+	q := FromSlice([]float64{1}).SetRequiresGrad(true)
+	o2 := NewAdamW([]*Tensor{q}, AdamWConfig{LR: 1})
+	o2.Step()
+	closeTo(t, "untouched", f64(q), []float64{1}, 0)
+}
+
+func TestBackwardGradAndDetach(t *testing.T) {
+	// backward(y, g) accumulates the same gradient as backward(sum(y*g)).
+	x := FromSlice(randSlice(70, 6), 2, 3).SetRequiresGrad(true)
+	g := FromSlice(randSlice(71, 6), 2, 3)
+	y := x.Silu().Mul(x)
+	y.BackwardGrad(g)
+	got := f64(x.Grad())
+	x.ZeroGrad()
+	x.Silu().Mul(x).Mul(g).SumAll().Backward()
+	closeTo(t, "vjp", got, f64(x.Grad()), 1e-12)
+	d := y.Detach()
+	if d.RequiresGrad() {
+		t.Fatal("detached tensor requires grad")
+	}
+	closeTo(t, "detach values", f64(d), f64(y), 0)
+}

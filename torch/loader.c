@@ -137,16 +137,12 @@ static int (*p_is_grad_enabled)(void);
 int dtl_is_grad_enabled(void) { return p_is_grad_enabled(); }
 static dt_err (*p_clip_grad_norm)(const dt_tensor *params, int n, double max_norm, double *norm);
 dt_err dtl_clip_grad_norm(const dt_tensor *params, int n, double max_norm, double *norm) { return p_clip_grad_norm(params, n, max_norm, norm); }
-static dt_err (*p_adamw_new)(const dt_tensor *params, int n, double lr, double beta1, double beta2, double eps, double weight_decay, dt_optim *out);
-dt_err dtl_adamw_new(const dt_tensor *params, int n, double lr, double beta1, double beta2, double eps, double weight_decay, dt_optim *out) { return p_adamw_new(params, n, lr, beta1, beta2, eps, weight_decay, out); }
-static dt_err (*p_adamw_step)(dt_optim o);
-dt_err dtl_adamw_step(dt_optim o) { return p_adamw_step(o); }
-static dt_err (*p_adamw_zero_grad)(dt_optim o);
-dt_err dtl_adamw_zero_grad(dt_optim o) { return p_adamw_zero_grad(o); }
-static void (*p_adamw_set_lr)(dt_optim o, double lr);
-void dtl_adamw_set_lr(dt_optim o, double lr) { p_adamw_set_lr(o, lr); }
-static void (*p_adamw_free)(dt_optim o);
-void dtl_adamw_free(dt_optim o) { p_adamw_free(o); }
+static dt_err (*p_adamw_update)(dt_tensor param, dt_tensor m, dt_tensor v, int64_t step, double lr, double beta1, double beta2, double eps, double weight_decay);
+dt_err dtl_adamw_update(dt_tensor param, dt_tensor m, dt_tensor v, int64_t step, double lr, double beta1, double beta2, double eps, double weight_decay) { return p_adamw_update(param, m, v, step, lr, beta1, beta2, eps, weight_decay); }
+static dt_err (*p_backward_grad)(dt_tensor t, dt_tensor grad);
+dt_err dtl_backward_grad(dt_tensor t, dt_tensor grad) { return p_backward_grad(t, grad); }
+static dt_err (*p_detach)(dt_tensor t, dt_tensor *out);
+dt_err dtl_detach(dt_tensor t, dt_tensor *out) { return p_detach(t, out); }
 
 const char *dtl_open(const char *path) {
   void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
@@ -234,10 +230,8 @@ const char *dtl_open(const char *path) {
   RESOLVE(set_grad_enabled)
   RESOLVE(is_grad_enabled)
   RESOLVE(clip_grad_norm)
-  RESOLVE(adamw_new)
-  RESOLVE(adamw_step)
-  RESOLVE(adamw_zero_grad)
-  RESOLVE(adamw_set_lr)
-  RESOLVE(adamw_free)
+  RESOLVE(adamw_update)
+  RESOLVE(backward_grad)
+  RESOLVE(detach)
   return NULL;
 }

@@ -72,10 +72,8 @@ dt_err dtl_zero_grad(dt_tensor t);
 void dtl_set_grad_enabled(int on);
 int dtl_is_grad_enabled(void);
 dt_err dtl_clip_grad_norm(const dt_tensor *params, int n, double max_norm, double *norm);
-dt_err dtl_adamw_new(const dt_tensor *params, int n, double lr, double beta1, double beta2, double eps, double weight_decay, dt_optim *out);
-dt_err dtl_adamw_step(dt_optim o);
-dt_err dtl_adamw_zero_grad(dt_optim o);
-void dtl_adamw_set_lr(dt_optim o, double lr);
-void dtl_adamw_free(dt_optim o);
+dt_err dtl_adamw_update(dt_tensor param, dt_tensor m, dt_tensor v, int64_t step, double lr, double beta1, double beta2, double eps, double weight_decay);
+dt_err dtl_backward_grad(dt_tensor t, dt_tensor grad);
+dt_err dtl_detach(dt_tensor t, dt_tensor *out);
 
 #endif

@@ -620,29 +620,34 @@ dt_err dt_clip_grad_norm(const dt_tensor *params, int n, double max_norm, double
   });
 }
 
-dt_err dt_adamw_new(const dt_tensor *params, int n, double lr, double beta1, double beta2, double eps,
-                    double weight_decay, dt_optim *out) {
+dt_err dt_adamw_update(dt_tensor param, dt_tensor m, dt_tensor v, int64_t step, double lr, double beta1,
+                       double beta2, double eps, double weight_decay) {
   return guard([&] {
-    std::vector<at::Tensor> ps;
-    for (int i = 0; i < n; i++) ps.push_back(T(params[i]));
-    auto o = torch::optim::AdamWOptions(lr).betas({beta1, beta2}).eps(eps).weight_decay(weight_decay);
-    *out = new torch::optim::AdamW(ps, o);
+    at::NoGradGuard ng;
+    auto &p = T(param);
+    auto g = p.grad();
+    if (!g.defined()) return;
+    TORCH_CHECK(step >= 1, "adamw: step counts from 1, got ", step);
+    auto &mm = T(m);
+    auto &vv = T(v);
+    // Moments in their own (float32) precision even when p is bf16.
+    auto gf = g.to(mm.scalar_type());
+    mm.mul_(beta1).add_(gf, 1 - beta1);
+    vv.mul_(beta2).addcmul_(gf, gf, 1 - beta2);
+    double bc1 = 1 - std::pow(beta1, static_cast<double>(step));
+    double bc2 = 1 - std::pow(beta2, static_cast<double>(step));
+    auto upd = (mm / bc1) / ((vv / bc2).sqrt_().add_(eps));
+    if (weight_decay != 0) p.mul_(1 - lr * weight_decay);
+    p.sub_(upd.to(p.scalar_type()), lr);
   });
 }
 
-dt_err dt_adamw_step(dt_optim o) {
-  return guard([&] { static_cast<torch::optim::AdamW *>(o)->step(); });
+dt_err dt_backward_grad(dt_tensor t, dt_tensor grad) {
+  return guard([&] { T(t).backward(T(grad)); });
 }
 
-dt_err dt_adamw_zero_grad(dt_optim o) {
-  return guard([&] { static_cast<torch::optim::AdamW *>(o)->zero_grad(); });
+dt_err dt_detach(dt_tensor t, dt_tensor *out) {
+  return guard([&] { *out = W(T(t).detach()); });
 }
-
-void dt_adamw_set_lr(dt_optim o, double lr) {
-  auto *opt = static_cast<torch::optim::AdamW *>(o);
-  for (auto &g : opt->param_groups()) static_cast<torch::optim::AdamWOptions &>(g.options()).lr(lr);
-}
-
-void dt_adamw_free(dt_optim o) { delete static_cast<torch::optim::AdamW *>(o); }
 
 } // extern "C"

@@ -22,10 +22,9 @@
 extern "C" {
 #endif
 
-#define DT_ABI_VERSION 1
+#define DT_ABI_VERSION 2
 
 typedef void *dt_tensor;
-typedef void *dt_optim;
 typedef char *dt_err;
 
 /* Scalar types, numbered as c10::ScalarType so conversion is a cast. */
@@ -198,13 +197,20 @@ dt_err dt_clip_grad_norm(const dt_tensor *params, int n, double max_norm,
                          double *norm);
 
 /* --- optimiser ----------------------------------------------------------- */
-dt_err dt_adamw_new(const dt_tensor *params, int n, double lr, double beta1,
-                    double beta2, double eps, double weight_decay,
-                    dt_optim *out);
-dt_err dt_adamw_step(dt_optim o);
-dt_err dt_adamw_zero_grad(dt_optim o);
-void dt_adamw_set_lr(dt_optim o, double lr);
-void dt_adamw_free(dt_optim o);
+/* One decoupled-weight-decay Adam update of param in place from its grad,
+ * with the moment buffers m and v (same shape, any float dtype, typically
+ * float32) updated in place; step counts from 1 for the bias corrections.
+ * Parameters without a gradient are left alone. */
+dt_err dt_adamw_update(dt_tensor param, dt_tensor m, dt_tensor v, int64_t step,
+                       double lr, double beta1, double beta2, double eps,
+                       double weight_decay);
+
+/* --- more autograd -------------------------------------------------------- */
+/* Backpropagates grad (shaped like t) from a non-scalar t: the vector-Jacobian
+ * product that layer-by-layer recomputation (activation checkpointing) needs. */
+dt_err dt_backward_grad(dt_tensor t, dt_tensor grad);
+/* A tensor sharing t's storage, cut from the autograd graph. */
+dt_err dt_detach(dt_tensor t, dt_tensor *out);
 
 #ifdef __cplusplus
 }
