@@ -90,12 +90,12 @@ func addToTokenizerJSON(data *[]byte, content string, id int) (changed bool, err
 			return false, fmt.Errorf("%q is already the vocabulary's id %d", content, vid)
 		}
 	}
-	entry, err := json.Marshal(AddedToken{ID: id, Content: content, Special: true})
+	entry, err := marshalRaw(AddedToken{ID: id, Content: content, Special: true})
 	if err != nil {
 		return false, err
 	}
 	list = append(list[:at], append([]json.RawMessage{entry}, list[at:]...)...)
-	raw, err := json.Marshal(list)
+	raw, err := marshalRaw(list)
 	if err != nil {
 		return false, err
 	}
@@ -128,7 +128,7 @@ func addToConfigJSON(data *[]byte, content string, id int) error {
 		return nil
 	}
 	// transformers serialises these fields alphabetically.
-	entry, err := json.Marshal(struct {
+	entry, err := marshalRaw(struct {
 		Content    string `json:"content"`
 		LStrip     bool   `json:"lstrip"`
 		Normalized bool   `json:"normalized"`

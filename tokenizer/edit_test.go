@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -47,6 +48,10 @@ func TestAddSpecialToken(t *testing.T) {
 		t.Errorf("Decode(skip special) = %q", got)
 	}
 	for _, name := range []string{TokenizerFile, TokenizerConfigFile} {
+		// Tokens stay readable: no "\u003c|im_end|\u003e" from HTML escaping.
+		if b := mustRead(t, filepath.Join(dir, name)); bytes.Contains(b, []byte(`\u003c`)) {
+			t.Errorf("%s has HTML-escaped tokens", name)
+		}
 		var doc map[string]json.RawMessage
 		if err := json.Unmarshal(mustRead(t, filepath.Join(dir, name)), &doc); err != nil {
 			t.Fatal(err)

@@ -74,7 +74,7 @@ func (o rawObject) MarshalJSON() ([]byte, error) {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		key, err := json.Marshal(f.Key)
+		key, err := marshalRaw(f.Key)
 		if err != nil {
 			return nil, err
 		}
@@ -97,4 +97,16 @@ func (o rawObject) indented() ([]byte, error) {
 	}
 	b.WriteByte('\n')
 	return b.Bytes(), nil
+}
+
+// marshalRaw is json.Marshal without HTML escaping, so that tokens such as
+// "<|im_end|>" stay readable (json.Marshal writes "\u003c|im_end|\u003e").
+func marshalRaw(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimRight(b.Bytes(), "\n"), nil
 }

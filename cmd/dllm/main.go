@@ -21,6 +21,7 @@ func main() {
 		Version: version,
 		Commands: []*cli.Command{
 			versionCommand(),
+			convertCommand(),
 			inspectCommand(),
 			logitsCommand(),
 			benchCommand(),
