@@ -3,7 +3,8 @@ package diffusion
 import "time"
 
 // Options control one generation. Zero values take the defaults noted, most
-// of which come from the model's dllm.json (Settings.Generation).
+// of which come from the model's dllm.json (Settings.Generation); Sampler
+// Defaults returns the ones a zero cannot express (temperature, top-p).
 type Options struct {
 	// BlockSize is the number of tokens denoised together; 0 = dllm.json's.
 	BlockSize int
@@ -11,10 +12,12 @@ type Options struct {
 	// this is committed in a step (and always the single most confident
 	// one); 0 = dllm.json's. 1.0 commits exactly one token per step.
 	Threshold float64
-	// MaxStepsPerBlock caps the forwards spent on one block; when reached,
-	// all remaining positions are committed at once. 0 = BlockSize.
+	// MaxStepsPerBlock caps the denoising steps spent on one block; at the
+	// last one all remaining positions are committed at once. 0 =
+	// dllm.json's max_steps_per_block when BlockSize is dllm.json's, else
+	// BlockSize (no cap: every step commits at least one token).
 	MaxStepsPerBlock int
-	// Temperature 0 is greedy; otherwise candidates are sampled from
+	// Temperature 0 (or below 1e-5) is greedy; otherwise candidates are sampled from
 	// softmax(logits/T), restricted to the TopP nucleus.
 	Temperature float64
 	TopP        float64 // 0 or 1 = no nucleus cut
@@ -22,20 +25,28 @@ type Options struct {
 	// give the same tokens.
 	Seed uint64
 	// StopIDs end generation: the first one committed ends it and is
-	// dropped along with everything after it. Typically the model's eos ids.
+	// dropped along with everything after it. Typically the model's eos ids
+	// (EOSIDs).
 	StopIDs []int64
-	// MaxNewTokens caps the generated tokens (finish reason "length").
+	// MaxNewTokens caps the generated tokens (finish reason "length");
+	// 0 = as many as the context holds.
 	MaxNewTokens int
 	// ContextLimit caps prompt plus generated tokens (the KV cache size);
-	// 0 = the model's max_position_embeddings.
+	// 0 = the model's max_position_embeddings. A prompt that leaves no room
+	// for one token is ErrContextTooLong.
 	ContextLimit int
 }
 
 // Block is one committed block handed to the caller as soon as it is final:
-// the tokens it adds to the output (after stop handling) in order.
+// the tokens it adds to the output (after stop handling) in order. The last
+// block may be empty when it starts with a stop token.
 type Block struct {
-	IDs   []int64
-	Steps int // forwards spent on this block
+	IDs []int64
+	// Steps is the forwards spent on this block: its denoising forwards plus
+	// the one that wrote the previous block to the KV cache (with the shift,
+	// that forward also predicts this block's first token). The Steps of all
+	// blocks add up to Result.Steps.
+	Steps int
 }
 
 // BlockFunc receives each committed block. Returning stop = true ends the
@@ -45,10 +56,16 @@ type BlockFunc func(b Block) (stop bool, err error)
 
 // Result summarises a finished generation.
 type Result struct {
-	IDs          []int64       // generated tokens, stop token and what followed removed
-	FinishReason string        // "stop" or "length"
-	Steps        int           // model forwards spent on generation (prefill excluded)
-	TPF          float64       // tokens per forward: len(IDs) / Steps
-	Prefill      time.Duration // time to process the prompt
-	Duration     time.Duration // total time, prefill included
+	IDs          []int64 // generated tokens, stop token and what followed removed
+	FinishReason string  // "stop" or "length"
+	// Steps counts every model forward after the prefill: denoising
+	// forwards and the forwards that commit a finished block to the KV
+	// cache (one per block followed by another). The prefill's prediction
+	// of the first token is free, so N tokens of AR decoding (block size 1
+	// with the shift) take N-1 steps.
+	Steps int
+	// TPF is tokens per forward, len(IDs) / Steps (Steps 0 counts as 1).
+	TPF      float64
+	Prefill  time.Duration // time to process the prompt
+	Duration time.Duration // total time, prefill included
 }

@@ -26,6 +26,7 @@ func main() {
 			logitsCommand(),
 			benchCommand(),
 			tokenizeCommand(),
+			generateCommand(),
 		},
 	}
 	if err := app.Run(context.Background(), os.Args); err != nil {

@@ -1,0 +1,163 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/urfave/cli/v3"
+
+	"dllm/diffusion"
+	"dllm/torch"
+)
+
+// runGenerateCmd runs `dllm generate args...` and returns stdout and stderr.
+func runGenerateCmd(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	app := &cli.Command{Name: "dllm", Writer: &out, ErrWriter: &errOut, Commands: []*cli.Command{generateCommand()}}
+	err := app.Run(context.Background(), append([]string{"dllm", "generate", "--device", "cpu"}, args...))
+	return out.String(), errOut.String(), err
+}
+
+// convertedTiny is testdata/tiny-llama copied with a dllm.json (mask 500,
+// an unused padding row; block size 4), as dllm convert would leave it.
+func convertedTiny(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	entries, err := os.ReadDir(tinyModel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		data, err := os.ReadFile(filepath.Join(tinyModel, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, e.Name()), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := &diffusion.Settings{
+		FormatVersion: diffusion.FormatVersion, MaskTokenID: 500, MaskToken: diffusion.DefaultMaskToken,
+		BlockSize: 4, Attention: diffusion.AttentionBlock, Shift: true, Generation: diffusion.DefaultGeneration(4),
+	}
+	if err := s.Save(dir); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+type generateOutput struct {
+	IDs          []int64 `json:"ids"`
+	Text         string  `json:"text"`
+	Steps        int     `json:"steps"`
+	TPF          float64 `json:"tpf"`
+	FinishReason string  `json:"finish_reason"`
+	PromptTokens int     `json:"prompt_tokens"`
+}
+
+func TestGenerateCommand(t *testing.T) {
+	if err := torch.Load(); err != nil {
+		t.Fatal(err)
+	}
+	torch.SetNumThreads(1) // a tiny model on a CPU shared with other tests
+	b, err := os.ReadFile(tinyModel + "/tokenizer_expected.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var expected struct {
+		Chat []struct {
+			Messages json.RawMessage `json:"messages"`
+			IDs      []int64         `json:"ids"`
+			Greedy16 []int64         `json:"greedy16"`
+		} `json:"chat"`
+	}
+	if err := json.Unmarshal(b, &expected); err != nil {
+		t.Fatal(err)
+	}
+	chat0, chat1 := expected.Chat[0], expected.Chat[1]
+	dir := convertedTiny(t)
+	chatFile := filepath.Join(t.TempDir(), "chat.json")
+	if err := os.WriteFile(chatFile, chat0.Messages, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]string, len(chat1.IDs))
+	for i, id := range chat1.IDs {
+		ids[i] = strconv.FormatInt(id, 10)
+	}
+	// Block size 1 (and the AR baseline) reproduce transformers' greedy
+	// generate.
+	cases := []struct {
+		name   string
+		args   []string
+		prompt []int64
+		want   []int64
+	}{
+		{"chat, block size 1", []string{"--model", dir, "--chat", chatFile, "--enable-thinking=true", "--block-size", "1"}, chat0.IDs, chat0.Greedy16},
+		{"ids, AR baseline", []string{"--model", tinyModel, "--ar", "--ids", strings.Join(ids, ",")}, chat1.IDs, chat1.Greedy16},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			out, _, err := runGenerateCmd(t, append(c.args, "--ignore-eos", "--max-tokens", "16", "--json")...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got generateOutput
+			if err := json.Unmarshal([]byte(out), &got); err != nil {
+				t.Fatalf("%v: %s", err, out)
+			}
+			if !slices.Equal(got.IDs, c.want) || got.FinishReason != "length" || got.PromptTokens != len(c.prompt) || got.Steps != 15 {
+				t.Errorf("got %+v\nwant ids %v, finish length, %d prompt tokens, 15 steps", got, c.want, len(c.prompt))
+			}
+		})
+	}
+	// Streamed text is the decoded ids; the stats go to stderr.
+	args := []string{"--model", dir, "--prompt", "Hello, world", "--max-tokens", "12"}
+	out, _, err := runGenerateCmd(t, append(args, "--json")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var whole generateOutput
+	if err := json.Unmarshal([]byte(out), &whole); err != nil {
+		t.Fatal(err)
+	}
+	text, stats, err := runGenerateCmd(t, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if text != whole.Text+"\n" || !strings.Contains(stats, strconv.Itoa(len(whole.IDs))+" tokens") {
+		t.Errorf("streamed %q, JSON text %q; stats %q", text, whole.Text, stats)
+	}
+}
+
+func TestGenerateCommandErrors(t *testing.T) {
+	dir := convertedTiny(t)
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"not converted", []string{"--model", tinyModel, "--ids", "1,2"}, "not a diffusion model directory"},
+		{"no prompt", []string{"--model", dir}, "exactly one of"},
+		{"two prompts", []string{"--model", dir, "--ids", "1", "--prompt", "hi"}, "exactly one of"},
+		{"AR with blocks", []string{"--model", tinyModel, "--ar", "--block-size", "4", "--ids", "1"}, "--block-size 4"},
+		{"bad dtype", []string{"--model", dir, "--ids", "1", "--dtype", "i64"}, "not a floating-point type"},
+		{"id outside vocab", []string{"--model", dir, "--ids", "1,9999"}, "outside the vocabulary"},
+		{"bad threshold", []string{"--model", dir, "--ids", "1", "--threshold", "2"}, "threshold"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, _, err := runGenerateCmd(t, c.args...)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %v, want one mentioning %q", err, c.want)
+			}
+		})
+	}
+}

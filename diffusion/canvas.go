@@ -1,0 +1,71 @@
+package diffusion
+
+// canvas is one block being denoised: each position is still masked or
+// fixed to a token, and a fixed token never changes.
+type canvas struct {
+	ids   []int64 // the model's input: the mask id or the fixed token
+	fixed []bool
+}
+
+func newCanvas(n int, mask int64) *canvas {
+	c := &canvas{ids: make([]int64, n), fixed: make([]bool, n)}
+	for i := range c.ids {
+		c.ids[i] = mask
+	}
+	return c
+}
+
+// onlyFirstMasked reports whether the first position is the only masked
+// one. With the shift its prediction is the carried row, so such a step
+// needs no forward.
+func (c *canvas) onlyFirstMasked() bool {
+	if c.fixed[0] {
+		return false
+	}
+	for _, f := range c.fixed[1:] {
+		if !f {
+			return false
+		}
+	}
+	return true
+}
+
+// commit fixes masked positions from one step's candidates tok and their
+// probabilities conf (for positions 0..len(tok)-1): every one whose
+// probability reaches threshold, else the single most confident one (the
+// first on a tie); all of them when all is set.
+func (c *canvas) commit(tok []int64, conf []float64, threshold float64, all bool) {
+	best := -1
+	committed := false
+	for i := range tok {
+		if c.fixed[i] {
+			continue
+		}
+		if all || conf[i] >= threshold {
+			c.ids[i], c.fixed[i] = tok[i], true
+			committed = true
+		} else if best < 0 || conf[i] > conf[best] {
+			best = i
+		}
+	}
+	if !committed && best >= 0 {
+		c.ids[best], c.fixed[best] = tok[best], true
+	}
+}
+
+// settled reports whether the block's contribution to the output is
+// decided: its first need positions are fixed, or a fixed stop token is
+// preceded only by fixed positions. keep is how many leading tokens go to
+// the output and stopped whether a stop token ended it. Positions past
+// need are cut by the length limit, so they are never waited for.
+func (c *canvas) settled(need int, stop map[int64]bool) (keep int, stopped, done bool) {
+	for i := range need {
+		if !c.fixed[i] {
+			return 0, false, false
+		}
+		if stop[c.ids[i]] {
+			return i, true, true
+		}
+	}
+	return need, false, true
+}

@@ -1,0 +1,165 @@
+package diffusion
+
+import (
+	"math"
+	"slices"
+	"testing"
+
+	"dllm/model"
+	"dllm/torch"
+)
+
+func TestCanvasCommit(t *testing.T) {
+	const M = 99 // mask
+	tok := []int64{10, 11, 12, 13}
+	cases := []struct {
+		name      string
+		fixed     []bool
+		conf      []float64
+		threshold float64
+		all       bool
+		want      []int64
+	}{
+		{"above threshold", []bool{false, false, false, false}, []float64{0.95, 0.5, 0.9, 0.2}, 0.9, false, []int64{10, M, 12, M}},
+		{"none above: most confident", []bool{false, false, false, false}, []float64{0.3, 0.5, 0.1, 0.5}, 0.9, false, []int64{M, 11, M, M}},
+		{"fixed positions ignored", []bool{false, true, false, false}, []float64{0.3, 0.99, 0.1, 0.2}, 0.9, false, []int64{10, 1, M, M}},
+		{"last step commits all", []bool{false, true, false, false}, []float64{0.3, 0.99, 0.1, 0.2}, 0.9, true, []int64{10, 1, 12, 13}},
+		{"threshold 1: one per step", []bool{false, false, false, false}, []float64{0.3, 0.4, 0.8, 0.7}, 1, false, []int64{M, M, 12, M}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cv := newCanvas(4, M)
+			for i, f := range c.fixed {
+				if f {
+					cv.ids[i], cv.fixed[i] = 1, true
+				}
+			}
+			cv.commit(tok, c.conf, c.threshold, c.all)
+			if !slices.Equal(cv.ids, c.want) {
+				t.Fatalf("ids %v, want %v", cv.ids, c.want)
+			}
+		})
+	}
+}
+
+func TestCanvasSettled(t *testing.T) {
+	const M = 99
+	stop := map[int64]bool{7: true}
+	cases := []struct {
+		name    string
+		ids     []int64 // M = masked
+		need    int
+		keep    int
+		stopped bool
+		done    bool
+	}{
+		{"all masked", []int64{M, M, M, M}, 4, 0, false, false},
+		{"full", []int64{1, 2, 3, 4}, 4, 4, false, true},
+		{"gap", []int64{1, M, 3, 4}, 4, 0, false, false},
+		{"stop after fixed prefix", []int64{1, 7, M, M}, 4, 1, true, true},
+		{"stop behind a mask", []int64{1, M, 7, M}, 4, 0, false, false},
+		{"stop first", []int64{7, M, M, M}, 4, 0, true, true},
+		{"length cut", []int64{1, 2, M, M}, 2, 2, false, true},
+		{"stop past the cut", []int64{1, 2, 7, M}, 2, 2, false, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cv := newCanvas(len(c.ids), M)
+			for i, id := range c.ids {
+				if id != M {
+					cv.ids[i], cv.fixed[i] = id, true
+				}
+			}
+			keep, stopped, done := cv.settled(c.need, stop)
+			if keep != c.keep || stopped != c.stopped || done != c.done {
+				t.Fatalf("settled = (%d, %v, %v), want (%d, %v, %v)", keep, stopped, done, c.keep, c.stopped, c.done)
+			}
+		})
+	}
+}
+
+// The picker on hand-made logits: greedy takes the argmax (never the mask)
+// with its softmax probability; the nucleus keeps the fewest top tokens
+// whose mass reaches top_p and renormalises over them.
+func TestPicker(t *testing.T) {
+	if err := torch.Load(); err != nil {
+		t.Fatal(err)
+	}
+	const mask = 5
+	probs := []float64{0.4, 0.3, 0.2, 0.1, 0, 0} // index 5, the mask, gets the largest logit
+	logits := make([]float32, len(probs))
+	for i, p := range probs {
+		logits[i] = float32(math.Log(p))
+	}
+	logits[mask] = 10
+	cases := []struct {
+		name        string
+		temperature float64
+		topP        float64
+		allowed     map[int64]float64 // candidate -> its probability
+	}{
+		{"greedy", 0, 1, map[int64]float64{0: 0.4}},
+		{"tiny nucleus", 1, 0.1, map[int64]float64{0: 1}},
+		{"two-token nucleus", 1, 0.5, map[int64]float64{0: 0.4 / 0.7, 1: 0.3 / 0.7}},
+		{"no nucleus", 1, 1, map[int64]float64{0: 0.4, 1: 0.3, 2: 0.2, 3: 0.1}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			torch.NoGrad(func() {
+				pk := newPicker(plan{mask: mask, temperature: c.temperature, topP: c.topP}, torch.CPU, len(probs))
+				defer pk.free()
+				x := torch.FromSlice(append(append([]float32{}, logits...), logits...), 2, int64(len(probs)))
+				defer x.Free()
+				seen := map[int64]bool{}
+				for seed := range uint64(40) {
+					torch.ManualSeed(seed)
+					tok, conf := pk.pick(x)
+					for i := range tok {
+						want, ok := c.allowed[tok[i]]
+						if !ok || math.Abs(conf[i]-want) > 1e-5 {
+							t.Fatalf("row %d: picked %d with probability %v; allowed %v", i, tok[i], conf[i], c.allowed)
+						}
+						seen[tok[i]] = true
+					}
+				}
+				if len(seen) != len(c.allowed) {
+					t.Errorf("40 draws saw %v of %v", seen, c.allowed)
+				}
+			})
+		})
+	}
+}
+
+// resolve fills defaults from dllm.json and sizes the KV cache.
+func TestResolve(t *testing.T) {
+	m := &model.Model{Config: &model.Config{VocabSize: 512, MaxPositionEmbeddings: 64}}
+	st := tinySettings(4, true)
+	st.Generation.MaxStepsPerBlock = 3
+	prompt := make([]int64, 10)
+	cases := []struct {
+		name string
+		o    Options
+		want plan // the fields compared below
+	}{
+		{"defaults", Options{MaxNewTokens: 6}, plan{block: 4, maxSteps: 3, threshold: 0.9, topP: 1, maxNew: 6, cacheLen: 18}},
+		{"other block size: no step cap", Options{BlockSize: 8, MaxNewTokens: 6}, plan{block: 8, maxSteps: 8, threshold: 0.9, topP: 1, maxNew: 6, cacheLen: 18}},
+		{"no max: the context", Options{}, plan{block: 4, maxSteps: 3, threshold: 0.9, topP: 1, maxNew: 54, cacheLen: 64}},
+		{"context cuts the last block", Options{MaxNewTokens: 6, ContextLimit: 15}, plan{block: 4, maxSteps: 3, threshold: 0.9, topP: 1, maxNew: 5, cacheLen: 15}},
+		{"huge block", Options{BlockSize: 1 << 62, MaxNewTokens: 6}, plan{block: 1 << 62, maxSteps: 1 << 62, threshold: 0.9, topP: 1, maxNew: 6, cacheLen: 64}},
+		{"tiny temperature is greedy", Options{Temperature: 1e-9, TopP: 0.5, MaxNewTokens: 4}, plan{block: 4, maxSteps: 3, threshold: 0.9, topP: 0.5, maxNew: 4, cacheLen: 14}},
+		{"sampling", Options{Temperature: 0.7, Threshold: 0.5, MaxNewTokens: 4}, plan{block: 4, maxSteps: 3, threshold: 0.5, temperature: 0.7, topP: 1, maxNew: 4, cacheLen: 14}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p, err := NewSampler(m, st).resolve(prompt, c.o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := c.want
+			if p.block != w.block || p.maxSteps != w.maxSteps || p.threshold != w.threshold || p.temperature != w.temperature ||
+				p.topP != w.topP || p.maxNew != w.maxNew || p.cacheLen != w.cacheLen || p.mask != tinyMask || !p.shift {
+				t.Fatalf("plan %+v\nwant %+v", p, w)
+			}
+		})
+	}
+}

@@ -1,0 +1,102 @@
+package diffusion
+
+import (
+	"math"
+
+	"dllm/torch"
+)
+
+// nucleusCap bounds the candidates the top-p cut looks at: the nucleus is
+// found among the nucleusCap most likely tokens, so a nucleus that would be
+// larger (a nearly flat distribution) is cut there.
+const nucleusCap = 1024
+
+// picker chooses each position's candidate token and its probability on the
+// device, so that a step copies two numbers per position to the host.
+// Sampling draws from libtorch's generator, which Generate seeds with
+// Options.Seed (and which nothing else uses while a generation runs).
+type picker struct {
+	dev         torch.Device
+	mask        int64 // never proposed; -1 for none
+	temperature float64
+	topP        float64       // < 1: nucleus sampling
+	before      *torch.Tensor // (K, K) float32, 1 where row < column: probabilities to the mass ranked above each
+}
+
+func newPicker(p plan, dev torch.Device, vocab int) *picker {
+	pk := &picker{dev: dev, mask: p.mask, temperature: p.temperature, topP: p.topP}
+	if p.temperature > 0 && p.topP < 1 {
+		k := int64(min(nucleusCap, vocab))
+		r := torch.Arange(0, k, torch.Int64, dev)
+		defer r.Free()
+		rows, cols := r.Reshape(k, 1), r.Reshape(1, k)
+		defer torch.Free(rows, cols)
+		lt := rows.Lt(cols) // (K, K)
+		defer lt.Free()
+		pk.before = lt.To(torch.Float32, dev)
+	}
+	return pk
+}
+
+func (pk *picker) free() { pk.before.Free() }
+
+// pick returns, for each row of logits (n, V), a candidate token and its
+// probability under the distribution it was drawn from (softmax(logits/T)
+// renormalised over the nucleus; plain softmax when greedy). This is a
+// step's one host sync.
+func (pk *picker) pick(logits *torch.Tensor) (tok []int64, conf []float64) {
+	var tmp []*torch.Tensor
+	keep := func(t *torch.Tensor) *torch.Tensor { tmp = append(tmp, t); return t }
+	defer func() { torch.Free(tmp...) }()
+	n := logits.Size(0)
+	l := keep(logits.To(torch.Float32, pk.dev)) // (n, V)
+	if pk.mask >= 0 {
+		// The mask token is what the model reads, never what it writes.
+		keep(l.Narrow(1, pk.mask, 1)).Fill(math.Inf(-1))
+	}
+	var ids, p *torch.Tensor // (n) int64, (n) float32
+	if pk.temperature == 0 {
+		ids = keep(l.Argmax(1, false))
+		top := keep(l.Max(1, false))
+		p = keep(keep(top.Sub(keep(l.LogSumExp(1, false)))).Exp())
+	} else {
+		logp := keep(keep(l.DivScalar(pk.temperature)).LogSoftmax(1))
+		if pk.before != nil {
+			logp = keep(pk.nucleus(logp))
+		}
+		// Gumbel-max: argmax(log p + G) with G = -log(-log U) is a draw
+		// from p, in a fixed number of kernels and without a sort.
+		u := keep(torch.Rand(logp.Shape(), torch.Float32, pk.dev))
+		g := keep(keep(keep(keep(u.Log()).Neg()).Log()).Neg())
+		ids = keep(keep(logp.Add(g)).Argmax(1, false))
+		col := keep(ids.Reshape(n, 1))
+		p = keep(keep(keep(logp.Gather(1, col)).Exp()).Reshape(n))
+	}
+	both := keep(torch.Cat(0, keep(p.To(torch.Float64, pk.dev)), keep(ids.To(torch.Float64, pk.dev)))) // (2n)
+	host := torch.ToSlice[float64](both)
+	tok = make([]int64, n)
+	for i := range tok {
+		tok[i] = int64(host[n+int64(i)])
+	}
+	return tok, host[:n]
+}
+
+// nucleus keeps, per row of log-probabilities (n, V), the most likely tokens
+// whose mass reaches topP (the first one that crosses it included) and
+// renormalises over them; the rest become -inf.
+func (pk *picker) nucleus(logp *torch.Tensor) *torch.Tensor {
+	var tmp []*torch.Tensor
+	keep := func(t *torch.Tensor) *torch.Tensor { tmp = append(tmp, t); return t }
+	defer func() { torch.Free(tmp...) }()
+	k := pk.before.Size(0)
+	vals, idx := logp.TopK(int(k), 1) // (n, K), largest first
+	keep(vals)
+	keep(idx)
+	prob := keep(vals.Exp())
+	above := keep(prob.Matmul(pk.before)) // (n, K) mass ranked above each
+	// Zero-probability entries (the mask's -inf) are never in the nucleus.
+	out := keep(keep(above.GeScalar(pk.topP)).Or(keep(prob.EqScalar(0))))
+	cut := keep(keep(vals.MaskedFill(out, math.Inf(1))).Min(1, true)) // (n, 1) least kept log-prob
+	below := keep(logp.Lt(cut))                                       // (n, V)
+	return keep(logp.MaskedFill(below, math.Inf(-1))).LogSoftmax(1)
+}

@@ -1,0 +1,127 @@
+package diffusion
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"dllm/model"
+	"dllm/torch"
+)
+
+// Sampler generates text with a block-diffusion model: block by block, each
+// block denoised from all-masks in a few forwards over the KV cache of the
+// text before it (docs/sampler.md). It is not safe for concurrent use.
+type Sampler struct {
+	model    *model.Model
+	settings *Settings
+}
+
+// NewSampler returns a sampler for m run as s describes (ARSettings for an
+// unconverted AR checkpoint).
+func NewSampler(m *model.Model, s *Settings) *Sampler {
+	return &Sampler{model: m, settings: s}
+}
+
+// ARSettings run an AR checkpoint as the degenerate diffusion model: block
+// size 1 with the shift, where each block is one token predicted by the
+// previous forward, i.e. plain left-to-right decoding, the baseline a
+// converted model is measured against. It has no mask token
+// (MaskTokenID -1), which block size 1 never feeds.
+func ARSettings() *Settings {
+	return &Settings{
+		FormatVersion: FormatVersion,
+		MaskTokenID:   -1,
+		BlockSize:     1,
+		Attention:     AttentionBlock,
+		Shift:         true,
+		Generation:    Generation{Threshold: 1, MaxStepsPerBlock: 1, TopP: 1},
+	}
+}
+
+// Defaults are the options dllm.json asks for that a zero value cannot
+// express (temperature and top-p); callers start from them and override
+// what a request sets. The other zero fields already mean dllm.json's.
+func (s *Sampler) Defaults() Options {
+	return Options{Temperature: s.settings.Generation.Temperature, TopP: s.settings.Generation.TopP}
+}
+
+// Generate continues prompt until a stop token, o.MaxNewTokens, the context
+// limit or onBlock (which may be nil) ends it, handing each committed block
+// to onBlock as soon as it is final. A cancelled ctx stops it between two
+// steps with ctx.Err(). Bad requests are ErrInvalidRequest or
+// ErrContextTooLong.
+func (s *Sampler) Generate(ctx context.Context, prompt []int64, o Options, onBlock BlockFunc) (res *Result, err error) {
+	start := time.Now()
+	p, err := s.resolve(prompt, o)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	torch.NoGrad(func() { res, err = s.generate(ctx, prompt, p, onBlock, start) })
+	return res, err
+}
+
+func (s *Sampler) generate(ctx context.Context, prompt []int64, p plan, onBlock BlockFunc, start time.Time) (res *Result, err error) {
+	defer torch.Recover(&err)
+	if p.temperature > 0 {
+		torch.ManualSeed(p.seed)
+	}
+	g, err := newGeneration(s.model, p)
+	if err != nil {
+		return nil, err
+	}
+	defer g.free()
+	// 1. The prompt into the KV cache.
+	if err := g.prefill(ctx, prompt); err != nil {
+		return nil, err
+	}
+	if s.model.Device.CUDA {
+		// Only so that Prefill measures the work rather than its launch.
+		if err := torch.Synchronize(s.model.Device.Index); err != nil {
+			return nil, err
+		}
+	}
+	res = &Result{IDs: []int64{}, Prefill: time.Since(start)}
+	// 2. Blocks until a stop token, the length limit or onBlock ends it.
+	var pending []int64 // the last block, not yet in the KV cache
+	for res.FinishReason == "" {
+		before := g.steps
+		if pending != nil {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			if err := g.commit(pending); err != nil {
+				return nil, err
+			}
+		}
+		n := min(p.block, int(g.cache.Max-g.cache.Len))
+		need := min(n, p.maxNew-len(res.IDs))
+		ids, stopped, err := g.denoise(ctx, n, need)
+		if err != nil {
+			return nil, err
+		}
+		res.IDs = append(res.IDs, ids...)
+		if onBlock != nil {
+			halt, err := onBlock(Block{IDs: slices.Clone(ids), Steps: g.steps - before})
+			if err != nil {
+				return nil, err
+			}
+			stopped = stopped || halt
+		}
+		switch {
+		case stopped:
+			res.FinishReason = "stop"
+		case len(res.IDs) >= p.maxNew:
+			res.FinishReason = "length"
+		}
+		pending = ids
+	}
+	// 3. Accounting.
+	res.Steps = g.steps
+	res.TPF = float64(len(res.IDs)) / float64(max(g.steps, 1))
+	res.Duration = time.Since(start)
+	return res, nil
+}

@@ -1,0 +1,172 @@
+package diffusion
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"dllm/torch"
+)
+
+// Block size 1 with the shift is AR decoding: each token is the argmax of
+// the previous position's logits, one forward per token.
+func TestBlockSize1IsGreedyDecoding(t *testing.T) {
+	m := loadTiny(t)
+	s := NewSampler(m, tinySettings(1, true))
+	chats := loadChats(t)
+	prompts := [][]int64{{5}, {44, 73, 80, 339, 16, 322}, chats[0].IDs, chats[1].IDs}
+	const n = 20
+	for _, prompt := range prompts {
+		res, err := generate(t, context.Background(), s, prompt, Options{MaxNewTokens: n}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := greedyLoop(t, m, prompt, n); !slices.Equal(res.IDs, want) {
+			t.Errorf("prompt %v:\n got %v\nwant %v", prompt, res.IDs, want)
+		}
+		// The first token comes from the prefill, every other one costs
+		// the forward that committed its predecessor.
+		if res.Steps != n-1 || res.FinishReason != "length" {
+			t.Errorf("prompt %v: %d steps, finish %q; want %d, length", prompt, res.Steps, res.FinishReason, n-1)
+		}
+	}
+}
+
+// The same tokens transformers' greedy generate produced.
+func TestMatchesTransformersGreedy(t *testing.T) {
+	m := loadTiny(t)
+	for _, settings := range []*Settings{tinySettings(1, true), ARSettings()} {
+		s := NewSampler(m, settings)
+		for i, chat := range loadChats(t) {
+			res, err := generate(t, context.Background(), s, chat.IDs, Options{MaxNewTokens: len(chat.Greedy16)}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(res.IDs, chat.Greedy16) {
+				t.Errorf("mask %d, chat %d:\n got %v\nwant %v", settings.MaskTokenID, i, res.IDs, chat.Greedy16)
+			}
+		}
+	}
+}
+
+// A denoising step over the KV cache (prompt prefilled causally in chunks,
+// one block committed causally) predicts what a single forward over the whole
+// sequence with the equivalent mask predicts.
+func TestCachedStepMatchesFullForward(t *testing.T) {
+	m := loadTiny(t)
+	rng := rand.New(rand.NewPCG(1, 2))
+	prompt := make([]int64, 37)
+	for i := range prompt {
+		prompt[i] = rng.Int64N(tinyMask)
+	}
+	block1 := []int64{7, 8, 9, 10}
+	canvas := &canvas{ids: []int64{11, tinyMask, 12, tinyMask}, fixed: []bool{true, false, true, false}}
+	L, B := len(prompt), len(block1)
+	full := append(append(append([]int64{}, prompt...), block1...), canvas.ids...)
+	// Causal over the clean context (prompt and committed block); the block
+	// being denoised sees all before it and itself.
+	rows := maskedRows(t, m, full, func(q, k int) bool {
+		if q < L+B {
+			return k <= q
+		}
+		return k < L+(q-L)/B*B+B
+	})
+	for _, shift := range []bool{true, false} {
+		p, err := NewSampler(m, tinySettings(B, shift)).resolve(prompt, Options{MaxNewTokens: 2 * B})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.chunk = 16 // three prefill chunks
+		var tok []int64
+		var conf []float64
+		torch.NoGrad(func() {
+			g, err := newGeneration(m, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer g.free()
+			if err := g.prefill(context.Background(), prompt); err != nil {
+				t.Fatal(err)
+			}
+			if err := g.commit(block1); err != nil {
+				t.Fatal(err)
+			}
+			if tok, conf, err = g.predict(canvas); err != nil {
+				t.Fatal(err)
+			}
+		})
+		for i := range B {
+			row := L + B + i // the row that predicts position i without the shift
+			if shift {
+				row--
+			}
+			wantTok, wantConf := argmax(rows[row], tinyMask)
+			if tok[i] != wantTok || math.Abs(conf[i]-wantConf) > 1e-5 {
+				t.Errorf("shift %v, position %d: (%d, %.6f), full forward (%d, %.6f)", shift, i, tok[i], conf[i], wantTok, wantConf)
+			}
+		}
+	}
+}
+
+// Threshold 1.0 commits one token per step, so a block of B tokens takes
+// B forwards, plus one to commit the block before it (with the shift, the
+// step that leaves only the first position needs no forward).
+func TestThresholdOneCommitsOneTokenPerStep(t *testing.T) {
+	m := loadTiny(t)
+	prompt := loadChats(t)[0].IDs
+	const B, blocks = 4, 3
+	for _, shift := range []bool{true, false} {
+		s := NewSampler(m, tinySettings(B, shift))
+		var got []Block
+		res, err := generate(t, context.Background(), s, prompt, Options{Threshold: 1, MaxNewTokens: B * blocks},
+			func(b Block) (bool, error) { got = append(got, b); return false, nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != blocks || len(res.IDs) != B*blocks {
+			t.Fatalf("shift %v: %d blocks, %d tokens", shift, len(got), len(res.IDs))
+		}
+		total := 0
+		for k, b := range got {
+			most := B + min(k, 1) // denoising steps and the previous block's commit
+			least := most
+			if shift {
+				least--
+			}
+			if b.Steps < least || b.Steps > most {
+				t.Errorf("shift %v, block %d: %d steps, want %d..%d", shift, k, b.Steps, least, most)
+			}
+			total += b.Steps
+		}
+		if res.Steps != total || res.TPF != float64(len(res.IDs))/float64(total) {
+			t.Errorf("shift %v: result steps %d, TPF %v; blocks add up to %d", shift, res.Steps, res.TPF, total)
+		}
+	}
+}
+
+// Larger blocks at the default threshold run, never emit the mask and
+// commit at least one token per step.
+func TestLargerBlocks(t *testing.T) {
+	m := loadTiny(t)
+	prompt := loadChats(t)[1].IDs
+	for _, B := range []int{4, 8} {
+		res, err := generate(t, context.Background(), NewSampler(m, tinySettings(B, true)), prompt,
+			Options{Threshold: 0.9, MaxNewTokens: 32}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.IDs) != 32 || res.FinishReason != "length" {
+			t.Errorf("block %d: %d tokens, finish %q", B, len(res.IDs), res.FinishReason)
+		}
+		for _, id := range res.IDs {
+			if id < 0 || id >= int64(m.Config.VocabSize) || id == tinyMask {
+				t.Errorf("block %d: generated token %d", B, id)
+			}
+		}
+		if res.Steps > 2*len(res.IDs) {
+			t.Errorf("block %d: %d steps for %d tokens", B, res.Steps, len(res.IDs))
+		}
+	}
+}
