@@ -27,6 +27,7 @@ func main() {
 			benchCommand(),
 			tokenizeCommand(),
 			generateCommand(),
+			dataCommand(),
 		},
 	}
 	if err := app.Run(context.Background(), os.Args); err != nil {
