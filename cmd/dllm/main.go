@@ -27,6 +27,8 @@ func main() {
 			benchCommand(),
 			tokenizeCommand(),
 			generateCommand(),
+			exportCommand(),
+			trainCommand(),
 			dataCommand(),
 		},
 	}

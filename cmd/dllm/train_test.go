@@ -1,0 +1,75 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/urfave/cli/v3"
+
+	"dllm/diffusion"
+	"dllm/model"
+	"dllm/torch"
+)
+
+// runTrainCmds runs `dllm args...` with the commands train needs.
+func runTrainCmds(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	app := &cli.Command{
+		Name:      "dllm",
+		Writer:    &out,
+		ErrWriter: &errOut,
+		Commands:  []*cli.Command{convertCommand(), trainCommand(), exportCommand()},
+	}
+	err := app.Run(context.Background(), append([]string{"dllm"}, args...))
+	return out.String(), errOut.String(), err
+}
+
+// TestTrainAndExportCommands: convert the tiny model, train it a few steps
+// on synthetic tokens with flags over a config file, then export the
+// training directory's newest checkpoint as bf16.
+func TestTrainAndExportCommands(t *testing.T) {
+	if err := torch.Load(); err != nil {
+		t.Skip(err)
+	}
+	tmp := t.TempDir()
+	mdir := filepath.Join(tmp, "tiny-dllm")
+	if _, _, err := runTrainCmds(t, "convert", "--from", convertFixture, "--out", mdir, "--block-size", "4", "--hash", "fast"); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(tmp, "train.yaml")
+	if err := os.WriteFile(cfg, []byte("model: "+mdir+"\ndata: synthetic\nseq_len: 16\nsteps: 100\ndevice: cpu\nthreads: 1\nlr: 1e-3\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(tmp, "run")
+	stdout, stderr, err := runTrainCmds(t, "train", "--config", cfg, "--steps", "3", "--out", out, "--block-size", "2", "--set", "micro_batch=2", "--log-every", "1")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	if !strings.Contains(stdout, "trained to step 3") || !strings.Contains(stderr, "step 3/3") {
+		t.Fatalf("stdout %q\nstderr %q", stdout, stderr)
+	}
+	exp := filepath.Join(tmp, "exported")
+	if _, stderr, err := runTrainCmds(t, "export", "--checkpoint", out, "--out", exp, "--dtype", "bf16"); err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	m, err := model.Load(exp, model.LoadOptions{Device: torch.CPU})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Free()
+	s, err := diffusion.LoadSettings(exp)
+	if err != nil || m.DType != torch.BFloat16 || s.BlockSize != 2 || s.MaskTokenID != 500 {
+		t.Fatalf("export: dtype %v, settings %+v, %v", m.DType, s, err)
+	}
+	if _, _, err := runTrainCmds(t, "train", "--config", cfg, "--steps", "3", "--out", out); err == nil || !strings.Contains(err.Error(), "--resume") {
+		t.Fatalf("training over checkpoints without --resume: %v", err)
+	}
+	if _, _, err := runTrainCmds(t, "train", "--config", cfg, "--set", "lr_shedule=wsd"); err == nil || !strings.Contains(err.Error(), "lr_shedule") {
+		t.Fatalf("misspelt --set key: %v", err)
+	}
+}
