@@ -43,13 +43,21 @@ dllm:
 generate:
 	cd torch && $(GO) run ./internal/genloader
 
-# deps installs libtorch (CPU) and OpenBLAS from apt when they are missing.
+# deps installs libtorch (CPU) and OpenBLAS from apt when they are missing,
+# and node/npm for the serve end-to-end test.
 deps:
 	@if [ ! -e /usr/include/torch/csrc/api/include/torch/torch.h ] || ! ldconfig -p | grep -q libopenblas; then \
 		echo "installing libtorch-dev and OpenBLAS with apt-get"; \
 		SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends \
 			libtorch-dev libopenblas0-pthread g++ make >/dev/null; \
+	fi
+	@# node and npm run the serve end-to-end test (test/e2e, the openai npm client).
+	@if ! command -v node >/dev/null 2>&1; then \
+		echo "installing nodejs and npm with apt-get"; \
+		SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends \
+			nodejs npm >/dev/null; \
 	fi
 
 test: deps shim

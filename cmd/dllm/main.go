@@ -27,8 +27,9 @@ func main() {
 			benchCommand(),
 			tokenizeCommand(),
 			generateCommand(),
-			exportCommand(),
+			serveCommand(),
 			trainCommand(),
+			exportCommand(),
 			dataCommand(),
 		},
 	}

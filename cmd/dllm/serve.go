@@ -1,0 +1,117 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v3"
+
+	"dllm/serve"
+	"dllm/torch"
+)
+
+func serveCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "serve",
+		Usage:     "serve a dllm model over an OpenAI-compatible HTTP API",
+		UsageText: "dllm serve --model DIR [--host 0.0.0.0] [--port 8000] [--device auto|cpu|cuda] [options]",
+		Description: `Serves POST /v1/chat/completions, POST /v1/completions, GET /v1/models and
+GET /health. The server listens at once and answers 503 until the model is
+loaded; requests then run one at a time through a FIFO queue. SIGINT or
+SIGTERM stops it: in-flight requests get a few seconds, then are cancelled.
+See docs/serve.md.`,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "model", Usage: "dllm model `DIR` (made by dllm convert)", Required: true},
+			&cli.StringFlag{Name: "host", Value: "0.0.0.0", Usage: "address to listen on"},
+			&cli.IntFlag{Name: "port", Value: 8000, Usage: "port to listen on (0 picks a free one)"},
+			&cli.StringFlag{Name: "device", Value: "auto", Usage: "auto (the GPU if there is one), cpu, cuda or cuda:N"},
+			&cli.StringFlag{Name: "dtype", Value: "bf16", Usage: "weight and compute dtype: bf16, f16 or f32"},
+			&cli.IntFlag{Name: "max-queue", Value: 16, Usage: "requests that may wait behind the running one; more get 503"},
+			&cli.DurationFlag{Name: "request-timeout", Value: 10 * time.Minute, Usage: "limit on one request, queueing included (0: none)"},
+			&cli.StringFlag{Name: "served-model-name", Usage: "model id in the API (default: the directory's name)"},
+			&cli.IntFlag{Name: "max-model-len", Usage: "context length: prompt plus generated tokens (default: the model's max_position_embeddings)"},
+			&cli.IntFlag{Name: "default-max-tokens", Value: serve.DefaultChatMaxTokens, Usage: "a chat request's max_tokens when it gives none"},
+			&cli.BoolFlag{Name: "no-warmup", Usage: "skip the warm-up generation before reporting ready"},
+			&cli.BoolFlag{Name: "log-json", Usage: "log JSON lines instead of text"},
+		},
+		Action: runServe,
+	}
+}
+
+func runServe(ctx context.Context, c *cli.Command) error {
+	// Caught from the start, so that a stop while checking the model still
+	// exits cleanly (status 0) rather than by the signal.
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var h slog.Handler = slog.NewTextHandler(os.Stderr, nil)
+	if c.Bool("log-json") {
+		h = slog.NewJSONHandler(os.Stderr, nil)
+	}
+	log := slog.New(h)
+
+	dir := c.String("model")
+	name := c.String("served-model-name")
+	if name == "" {
+		abs, err := filepath.Abs(dir)
+		if err != nil {
+			return err
+		}
+		name = filepath.Base(abs)
+	}
+	port := c.Int("port")
+	if port < 0 || port > 65535 {
+		return fmt.Errorf("--port %d is not a port number", port)
+	}
+	if c.Int("max-queue") < 0 {
+		return fmt.Errorf("--max-queue must be at least 0")
+	}
+	dt, err := torch.ParseDType(c.String("dtype"))
+	if err != nil {
+		return err
+	}
+	if dt != torch.BFloat16 && dt != torch.Float16 && dt != torch.Float32 {
+		return fmt.Errorf("--dtype %s: want bf16, f16 or f32", c.String("dtype"))
+	}
+	// Everything cheap is checked before listening, so a bad model or a
+	// missing GPU is an immediate error rather than a server that never
+	// becomes ready.
+	checked, err := serve.Check(dir)
+	if err != nil {
+		return fmt.Errorf("model %s: %w", dir, err)
+	}
+	if err := torch.Load(); err != nil {
+		return err
+	}
+	dev, err := pickDevice(c.String("device"))
+	if err != nil {
+		return err
+	}
+
+	if ctx.Err() != nil {
+		return nil
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(c.String("host"), strconv.Itoa(port)))
+	if err != nil {
+		return err
+	}
+	log.Info("listening; loading the model", "url", serve.URL(ln.Addr()), "model", dir, "device", dev.String(), "dtype", c.String("dtype"))
+	cfg := serve.Config{
+		ModelName:        name,
+		MaxQueue:         c.Int("max-queue"),
+		RequestTimeout:   c.Duration("request-timeout"),
+		DefaultMaxTokens: c.Int("default-max-tokens"),
+		Logger:           log,
+	}
+	opts := serve.LoadOptions{Device: dev, DType: dt, MaxModelLen: c.Int("max-model-len"), Warmup: !c.Bool("no-warmup")}
+	return serve.Run(ctx, ln, cfg, func(ctx context.Context) (*serve.Model, error) {
+		return checked.Load(ctx, opts)
+	})
+}

@@ -1,0 +1,126 @@
+package serve
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// TestBadRequests: every malformed request is a 400 (or 404/405/413) in
+// OpenAI's error shape naming the field, and the server keeps serving.
+func TestBadRequests(t *testing.T) {
+	eng := &fakeEngine{output: "ok", eos: true}
+	_, ts := testServer(t, eng, Config{MaxBodyBytes: 64 << 10}, func(m *Model) { m.ContextLength = 64 })
+	const msgs = `"messages":[{"role":"user","content":"Hi"}]`
+	long := strings.Repeat("word ", 100)
+	for _, tc := range []struct {
+		name, method, path, body string
+		status                   int
+		param                    string // "" = don't check
+		inMessage                string
+	}{
+		{"not json", "POST", "/v1/chat/completions", `{"messages": [`, 400, "", "invalid JSON"},
+		{"syntax", "POST", "/v1/chat/completions", `{"messages": [}`, 400, "", "invalid JSON"},
+		{"empty body", "POST", "/v1/chat/completions", ``, 400, "", "empty"},
+		{"array body", "POST", "/v1/chat/completions", `[1,2]`, 400, "", "JSON object"},
+		{"trailing data", "POST", "/v1/chat/completions", `{` + msgs + `} {}`, 400, "", "after"},
+		{"no messages", "POST", "/v1/chat/completions", `{"model":"x"}`, 400, "messages", "required"},
+		{"empty messages", "POST", "/v1/chat/completions", `{"messages":[]}`, 400, "messages", "empty"},
+		{"messages not array", "POST", "/v1/chat/completions", `{"messages":"hi"}`, 400, "messages", "array"},
+		{"message not object", "POST", "/v1/chat/completions", `{"messages":[42]}`, 400, "messages[0]", ""},
+		{"no role", "POST", "/v1/chat/completions", `{"messages":[{"content":"x"}]}`, 400, "messages[0].role", "required"},
+		{"bad role", "POST", "/v1/chat/completions", `{"messages":[{"role":"wizard","content":"x"}]}`, 400, "messages[0].role", "wizard"},
+		{"image part", "POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]}`, 400, "messages[0].content[0]", "text"},
+		{"content number", "POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":5}]}`, 400, "messages[0].content", ""},
+		{"n 2", "POST", "/v1/chat/completions", `{` + msgs + `,"n":2}`, 400, "n", "n must be 1"},
+		{"n 0", "POST", "/v1/chat/completions", `{` + msgs + `,"n":0}`, 400, "n", ""},
+		{"temperature string", "POST", "/v1/chat/completions", `{` + msgs + `,"temperature":"hot"}`, 400, "temperature", "number"},
+		{"temperature range", "POST", "/v1/chat/completions", `{` + msgs + `,"temperature":3}`, 400, "temperature", ""},
+		{"temperature negative", "POST", "/v1/chat/completions", `{` + msgs + `,"temperature":-0.1}`, 400, "temperature", ""},
+		{"top_p zero", "POST", "/v1/chat/completions", `{` + msgs + `,"top_p":0}`, 400, "top_p", ""},
+		{"top_p big", "POST", "/v1/chat/completions", `{` + msgs + `,"top_p":1.5}`, 400, "top_p", ""},
+		{"max_tokens zero", "POST", "/v1/chat/completions", `{` + msgs + `,"max_tokens":0}`, 400, "max_tokens", "at least 1"},
+		{"max_tokens negative", "POST", "/v1/chat/completions", `{` + msgs + `,"max_tokens":-5}`, 400, "max_tokens", ""},
+		{"max_completion_tokens negative", "POST", "/v1/chat/completions", `{` + msgs + `,"max_completion_tokens":-1}`, 400, "max_completion_tokens", ""},
+		{"max_tokens float", "POST", "/v1/chat/completions", `{` + msgs + `,"max_tokens":1.5}`, 400, "max_tokens", "integer"},
+		{"max_tokens too big for int64", "POST", "/v1/chat/completions", `{` + msgs + `,"max_tokens":1e40}`, 400, "max_tokens", ""},
+		{"seed string", "POST", "/v1/chat/completions", `{` + msgs + `,"seed":"x"}`, 400, "seed", ""},
+		{"stream string", "POST", "/v1/chat/completions", `{` + msgs + `,"stream":"yes"}`, 400, "stream", "boolean"},
+		{"stop number", "POST", "/v1/chat/completions", `{` + msgs + `,"stop":5}`, 400, "stop", ""},
+		{"stop empty", "POST", "/v1/chat/completions", `{` + msgs + `,"stop":[""]}`, 400, "stop", ""},
+		{"too many stops", "POST", "/v1/chat/completions", `{` + msgs + `,"stop":["a","b","c","d","e","f","g","h","i","j","k","l","m","n","o","p","q"]}`, 400, "stop", ""},
+		{"logprobs", "POST", "/v1/chat/completions", `{` + msgs + `,"logprobs":true}`, 400, "logprobs", ""},
+		{"threshold", "POST", "/v1/chat/completions", `{` + msgs + `,"threshold":0}`, 400, "threshold", ""},
+		{"enable_thinking string", "POST", "/v1/chat/completions", `{` + msgs + `,"chat_template_kwargs":{"enable_thinking":"yes"}}`, 400, "chat_template_kwargs.enable_thinking", ""},
+		{"kwargs not object", "POST", "/v1/chat/completions", `{` + msgs + `,"chat_template_kwargs":[1]}`, 400, "chat_template_kwargs", ""},
+		{"prompt too long", "POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"` + long + `"}]}`, 400, "messages", "context length"},
+		{"body too large", "POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"` + strings.Repeat("x", 70<<10) + `"}]}`, 413, "", "larger"},
+		{"completion no prompt", "POST", "/v1/completions", `{"max_tokens":3}`, 400, "prompt", ""},
+		{"completion batch", "POST", "/v1/completions", `{"prompt":["a","b"]}`, 400, "prompt", "exactly one"},
+		{"completion id batch", "POST", "/v1/completions", `{"prompt":[[1],[2]]}`, 400, "prompt", "exactly one"},
+		{"completion bad id", "POST", "/v1/completions", `{"prompt":[1, 99999]}`, 400, "prompt", "99999"},
+		{"completion negative id", "POST", "/v1/completions", `{"prompt":[-1]}`, 400, "prompt", ""},
+		{"completion empty ids", "POST", "/v1/completions", `{"prompt":[]}`, 400, "prompt", ""},
+		{"completion empty text", "POST", "/v1/completions", `{"prompt":""}`, 400, "prompt", ""},
+		{"completion object prompt", "POST", "/v1/completions", `{"prompt":{"a":1}}`, 400, "prompt", ""},
+		{"completion echo", "POST", "/v1/completions", `{"prompt":"a","echo":true}`, 400, "echo", ""},
+		{"completion too long", "POST", "/v1/completions", `{"prompt":"` + long + `"}`, 400, "prompt", "context length"},
+		{"unknown route", "POST", "/v1/embeddings", `{}`, 404, "", "no route"},
+		{"root", "GET", "/", ``, 404, "", ""},
+		{"wrong method", "GET", "/v1/chat/completions", ``, 405, "", "POST"},
+		{"wrong method health", "POST", "/health", `{}`, 405, "", "GET"},
+		{"put completions", "PUT", "/v1/completions", `{}`, 405, "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, err := http.NewRequest(tc.method, ts.URL+tc.path, strings.NewReader(tc.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Content-Type", "application/json")
+			resp, b := do(t, req)
+			if resp.StatusCode != tc.status {
+				t.Fatalf("status %d, want %d: %s", resp.StatusCode, tc.status, b)
+			}
+			if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+				t.Errorf("content type %q", ct)
+			}
+			e := decodeError(t, b)
+			if tc.param != "" && (e.Error.Param == nil || *e.Error.Param != tc.param) {
+				t.Errorf("param = %v, want %q (%s)", e.Error.Param, tc.param, b)
+			}
+			if !strings.Contains(e.Error.Message, tc.inMessage) {
+				t.Errorf("message %q does not mention %q", e.Error.Message, tc.inMessage)
+			}
+			if tc.status == 405 && resp.Header.Get("Allow") == "" {
+				t.Error("405 without Allow")
+			}
+		})
+	}
+	if eng.calls != 0 {
+		t.Errorf("the engine ran %d times for bad requests", eng.calls)
+	}
+	// Still serving.
+	resp, b := post(t, ts.URL+"/v1/chat/completions", `{`+msgs+`}`)
+	decodeChat(t, resp, b)
+}
+
+// TestLoading: before SetModel everything but routing errors is 503.
+func TestLoading(t *testing.T) {
+	s := New(Config{ModelName: "m", Logger: discardLogger()})
+	ts := newHTTPTest(t, s)
+	for _, tc := range []struct{ method, path, body string }{
+		{"GET", "/health", ""},
+		{"GET", "/v1/models", ""},
+		{"POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"Hi"}]}`},
+		{"POST", "/v1/completions", `{"prompt":"Hi"}`},
+	} {
+		req, _ := http.NewRequest(tc.method, ts.URL+tc.path, strings.NewReader(tc.body))
+		resp, b := do(t, req)
+		if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" {
+			t.Errorf("%s %s: %d (Retry-After %q): %s", tc.method, tc.path, resp.StatusCode, resp.Header.Get("Retry-After"), b)
+		}
+		if tc.path != "/health" {
+			decodeError(t, b)
+		}
+	}
+}

@@ -1,0 +1,116 @@
+package serve
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+)
+
+// DefaultShutdownGrace is how long in-flight requests may run on after
+// SIGTERM before their generations are cancelled.
+const DefaultShutdownGrace = 5 * time.Second
+
+// Loader loads the model; it runs while the server already answers
+// /health with 503.
+type Loader func(ctx context.Context) (*Model, error)
+
+// Run serves on ln until ctx is done (SIGINT/SIGTERM), loading the model
+// with load in the background. A load failure stops the server and is
+// returned. On shutdown it stops accepting connections, lets requests in
+// flight finish for cfg.ShutdownGrace, then cancels their generations and
+// returns nil once they have stopped.
+func Run(ctx context.Context, ln net.Listener, cfg Config, load Loader) error {
+	s := New(cfg)
+	cfg = s.cfg
+	base, cancelBase := context.WithCancel(context.Background())
+	defer cancelBase()
+	srv := &http.Server{
+		Handler:           s,
+		ReadHeaderTimeout: 30 * time.Second,
+		IdleTimeout:       5 * time.Minute,
+		// No write timeout: a long reasoning stream may take many minutes.
+		BaseContext: func(net.Listener) context.Context { return base },
+		ErrorLog:    slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+
+	loadCtx, cancelLoad := context.WithCancel(ctx)
+	defer cancelLoad()
+	loaded := make(chan error, 1)
+	go func() {
+		start := time.Now()
+		m, err := load(loadCtx)
+		if err != nil {
+			loaded <- err
+			return
+		}
+		s.SetModel(m)
+		s.log.Info("ready", "model", cfg.ModelName, "url", URL(ln.Addr()), "load_time", time.Since(start).Round(time.Millisecond), "context", m.ContextLength)
+		loaded <- nil
+	}()
+
+	var result error
+	for done := false; !done; {
+		select {
+		case err := <-loaded:
+			if err != nil {
+				result = fmt.Errorf("loading the model: %w", err)
+				done = true
+			}
+		case err := <-served:
+			return fmt.Errorf("serving: %w", err)
+		case <-ctx.Done():
+			s.log.Info("shutting down", "grace", cfg.ShutdownGrace)
+			done = true
+		}
+	}
+	s.shuttingDown.Store(true)
+	graceCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace)
+	defer cancel()
+	if err := srv.Shutdown(graceCtx); err != nil {
+		// Generations still running after the grace period are cancelled;
+		// each returns promptly and its handler reports 503.
+		cancelBase()
+		waitCtx, cancelWait := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancelWait()
+		srv.Shutdown(waitCtx)
+		srv.Close()
+	}
+	// A generation that ignored cancellation still uses the model.
+	if waitGroup(&s.active, 10*time.Second) {
+		if m := s.model.Load(); m != nil && m.Close != nil {
+			m.Close()
+		}
+	}
+	s.log.Info("stopped")
+	return result
+}
+
+// waitGroup waits for wg, at most d, and reports whether it finished.
+func waitGroup(wg interface{ Wait() }, d time.Duration) bool {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
+// URL is the base URL clients use for a listener's address; a wildcard
+// host is shown as localhost.
+func URL(addr net.Addr) string {
+	host, port, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return "http://" + addr.String()
+	}
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		host = "localhost"
+	}
+	return "http://" + net.JoinHostPort(host, port)
+}

@@ -1,0 +1,189 @@
+package serve
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"dllm/diffusion"
+	"dllm/model"
+	"dllm/tokenizer"
+	"dllm/torch"
+)
+
+// Checked is a model directory whose small files were read and checked:
+// config, dllm.json, tokenizer and the weights' headers. Opening one takes
+// well under a second, so a bad directory is reported before the server
+// starts; Load then reads the weights.
+type Checked struct {
+	Dir       string
+	Config    *model.Config
+	Settings  *diffusion.Settings
+	Tokenizer *tokenizer.Tokenizer
+	// StopIDs are the eos ids of config.json, generation_config.json and
+	// the tokenizer, which end a generation.
+	StopIDs []int64
+}
+
+// Check reads and validates a dllm model directory without loading weights.
+func Check(dir string) (*Checked, error) {
+	info, err := os.Stat(dir)
+	if err != nil {
+		return nil, fmt.Errorf("model directory: %w", err)
+	}
+	if !info.IsDir() {
+		return nil, fmt.Errorf("model directory %s is not a directory", dir)
+	}
+	cfg, err := model.LoadConfig(dir)
+	if err != nil {
+		return nil, err
+	}
+	settings, err := diffusion.LoadSettings(dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := settings.Validate(cfg.VocabSize); err != nil {
+		return nil, err
+	}
+	ck, err := model.OpenCheckpoint(dir)
+	if err != nil {
+		return nil, err
+	}
+	err = model.CheckTensors(cfg, ck.Shapes())
+	ck.Close()
+	if err != nil {
+		return nil, err
+	}
+	tok, err := tokenizer.Load(dir)
+	if err != nil {
+		return nil, err
+	}
+	if !tok.HasChatTemplate() {
+		return nil, fmt.Errorf("%s: the tokenizer has no chat template (chat_template.jinja or tokenizer_config.json's chat_template)", dir)
+	}
+	c := &Checked{Dir: dir, Config: cfg, Settings: settings, Tokenizer: tok}
+	ids := append([]int(nil), cfg.EOSTokenIDs...)
+	if id, ok := tok.EOS(); ok {
+		ids = append(ids, id)
+	}
+	gen, err := generationEOS(dir)
+	if err != nil {
+		return nil, err
+	}
+	for _, id := range append(ids, gen...) {
+		if id >= 0 && !slices.Contains(c.StopIDs, int64(id)) {
+			c.StopIDs = append(c.StopIDs, int64(id))
+		}
+	}
+	if len(c.StopIDs) == 0 {
+		return nil, fmt.Errorf("%s: no eos token id in config.json, generation_config.json or the tokenizer, so generation could not stop", dir)
+	}
+	return c, nil
+}
+
+// generationEOS reads generation_config.json's eos_token_id (an id or a
+// list), which HF's generate() stops on; a missing file means none.
+func generationEOS(dir string) ([]int, error) {
+	path := filepath.Join(dir, "generation_config.json")
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var g struct {
+		EOS json.RawMessage `json:"eos_token_id"`
+	}
+	if err := json.Unmarshal(data, &g); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(g.EOS) == 0 || string(g.EOS) == "null" {
+		return nil, nil
+	}
+	var one int
+	if json.Unmarshal(g.EOS, &one) == nil {
+		return []int{one}, nil
+	}
+	var many []int
+	if err := json.Unmarshal(g.EOS, &many); err != nil {
+		return nil, fmt.Errorf("%s: eos_token_id must be an id or a list of ids", path)
+	}
+	return many, nil
+}
+
+// LoadOptions choose how a checked model is loaded.
+type LoadOptions struct {
+	Device torch.Device
+	DType  torch.DType
+	// MaxModelLen caps prompt plus generated tokens; 0 or more than the
+	// model's max_position_embeddings means max_position_embeddings.
+	MaxModelLen int
+	// Warmup runs one short generation before the model is reported ready,
+	// so that the first request does not pay for kernel setup.
+	Warmup bool
+}
+
+// ContextLength is the context a model is served with.
+func (c *Checked) ContextLength(maxModelLen int) int {
+	n := c.Config.MaxPositionEmbeddings
+	if maxModelLen > 0 && maxModelLen < n {
+		n = maxModelLen
+	}
+	return n
+}
+
+// Load reads the weights onto the device and builds the sampler.
+func (c *Checked) Load(ctx context.Context, o LoadOptions) (*Model, error) {
+	lm, err := model.Load(c.Dir, model.LoadOptions{Device: o.Device, DType: o.DType})
+	if err != nil {
+		return nil, err
+	}
+	eng, err := newEngine(lm, c.Settings)
+	if err != nil {
+		lm.Free()
+		return nil, err
+	}
+	g := c.Settings.Generation
+	m := &Model{
+		Engine:    eng,
+		Tokenizer: c.Tokenizer,
+		Defaults: diffusion.Options{
+			BlockSize:        c.Settings.BlockSize,
+			Threshold:        g.Threshold,
+			MaxStepsPerBlock: g.MaxStepsPerBlock,
+			Temperature:      g.Temperature,
+			TopP:             g.TopP,
+			StopIDs:          c.StopIDs,
+			ContextLimit:     c.ContextLength(o.MaxModelLen),
+		},
+		ContextLength: c.ContextLength(o.MaxModelLen),
+		VocabSize:     c.Config.VocabSize,
+		Close:         lm.Free,
+	}
+	if o.Warmup {
+		if err := warmup(ctx, m); err != nil {
+			lm.Free()
+			return nil, fmt.Errorf("warm-up generation: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// warmup generates one block from a short prompt.
+func warmup(ctx context.Context, m *Model) error {
+	prompt := toInt64(m.Tokenizer.Encode("Hello"))
+	if len(prompt) == 0 {
+		prompt = []int64{0}
+	}
+	o := m.Defaults
+	o.MaxNewTokens = max(1, o.BlockSize)
+	o.ContextLimit = min(m.ContextLength, len(prompt)+2*o.MaxNewTokens)
+	_, err := m.Engine.Generate(ctx, prompt, o, func(diffusion.Block) (bool, error) { return false, nil })
+	return err
+}

@@ -1,0 +1,56 @@
+package serve
+
+import (
+	"context"
+	"sync"
+
+	"dllm/diffusion"
+	"dllm/tokenizer"
+)
+
+// Engine generates the continuation of one prompt; *diffusion.Sampler is
+// one. The server never calls it concurrently.
+type Engine interface {
+	// Generate denoises block after block, handing each committed block to
+	// onBlock, until a stop id, onBlock's stop, o.MaxNewTokens or the
+	// context limit; it returns ctx.Err() promptly once ctx is done and an
+	// error wrapping diffusion.ErrContextTooLong when the prompt does not fit.
+	Generate(ctx context.Context, prompt []int64, o diffusion.Options, onBlock diffusion.BlockFunc) (*diffusion.Result, error)
+}
+
+// Model is a loaded model: everything a request needs besides its own fields.
+type Model struct {
+	// Engine runs generations.
+	Engine Engine
+	// Tokenizer encodes prompts, renders the chat template and decodes output.
+	Tokenizer *tokenizer.Tokenizer
+	// Defaults are the generation options a request starts from: sampling
+	// settings from dllm.json, the stop ids and ContextLimit. Requests
+	// override Temperature, TopP, Seed, Threshold and MaxNewTokens.
+	Defaults diffusion.Options
+	// ContextLength caps prompt plus generated tokens.
+	ContextLength int
+	// VocabSize is the model's embedding rows; token-id prompts must be below.
+	VocabSize int
+	// Close frees the model's memory; nil when there is nothing to free.
+	Close func()
+
+	dropOnce sync.Once
+	drop     map[int]bool // special ids left out of the text
+}
+
+// keepToken reports whether id's text belongs in the output: special tokens
+// are dropped, as HF's skip_special_tokens does, except the think tags,
+// which mark where reasoning ends even when a tokenizer declares them
+// special.
+func (m *Model) keepToken(id int) bool {
+	m.dropOnce.Do(func() {
+		m.drop = map[int]bool{}
+		for _, a := range m.Tokenizer.AddedTokens() {
+			if a.Special && a.Content != thinkOpen && a.Content != thinkClose {
+				m.drop[a.ID] = true
+			}
+		}
+	})
+	return !m.drop[id]
+}

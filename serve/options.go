@@ -1,0 +1,105 @@
+package serve
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"strings"
+
+	"dllm/diffusion"
+)
+
+// genParams is a validated generation request, independent of endpoint.
+type genParams struct {
+	prompt []int64
+	opts   diffusion.Options
+	stops  []string
+}
+
+// options checks the shared sampling fields and fills o (which holds the
+// model's defaults) for a prompt of promptLen tokens. defaultMax is the
+// endpoint's max_tokens when the request gives none.
+func (f *samplingFields) options(m *Model, promptLen, defaultMax int) (diffusion.Options, []string, *apiError) {
+	o := m.Defaults
+	if f.N != nil && *f.N != 1 {
+		return o, nil, badRequest("n", fmt.Sprintf("n must be 1 (dllm returns one choice per request), got %d", *f.N))
+	}
+	if isTruthy(f.Logprobs) {
+		return o, nil, badRequest("logprobs", "logprobs are not supported")
+	}
+	if t := f.Temperature; t != nil {
+		if *t < 0 || *t > maxTemperature {
+			return o, nil, badRequest("temperature", fmt.Sprintf("temperature must be between 0 and %d, got %v", maxTemperature, *t))
+		}
+		o.Temperature = *t
+	}
+	if p := f.TopP; p != nil {
+		if !(*p > 0 && *p <= 1) {
+			return o, nil, badRequest("top_p", fmt.Sprintf("top_p must be in (0, 1], got %v", *p))
+		}
+		o.TopP = *p
+	}
+	if th := f.Threshold; th != nil {
+		if !(*th > 0 && *th <= 1) {
+			return o, nil, badRequest("threshold", fmt.Sprintf("threshold must be in (0, 1], got %v", *th))
+		}
+		o.Threshold = *th
+	}
+	if f.Seed != nil {
+		o.Seed = uint64(*f.Seed)
+	} else {
+		o.Seed = randomSeed()
+	}
+
+	// Reasoning counts toward the limit; the newer name wins, as in OpenAI's API.
+	param, limit := "max_tokens", f.MaxTokens
+	if f.MaxCompletionTokens != nil {
+		param, limit = "max_completion_tokens", f.MaxCompletionTokens
+	}
+	room := m.ContextLength - promptLen
+	if room < 1 {
+		return o, nil, contextError(m.ContextLength, promptLen)
+	}
+	maxNew := min(defaultMax, room)
+	if limit != nil {
+		if *limit < 1 {
+			return o, nil, badRequest(param, fmt.Sprintf("%s must be at least 1, got %d", param, *limit))
+		}
+		// More than fits is clamped, not refused: clients ask for generous
+		// limits and the context bounds them anyway (finish_reason "length").
+		maxNew = int(min(*limit, int64(room)))
+	}
+	o.MaxNewTokens = maxNew
+	o.ContextLimit = m.ContextLength
+
+	if len(f.Stop) > maxStops {
+		return o, nil, badRequest("stop", fmt.Sprintf("at most %d stop strings are allowed, got %d", maxStops, len(f.Stop)))
+	}
+	for _, s := range f.Stop {
+		if s == "" || len(s) > maxStopLen {
+			return o, nil, badRequest("stop", fmt.Sprintf("stop strings must be 1 to %d bytes long", maxStopLen))
+		}
+	}
+	return o, f.Stop, nil
+}
+
+// contextError is the 400 for a prompt that leaves no room to generate.
+func contextError(ctxLen, promptLen int) *apiError {
+	e := badRequest("messages", fmt.Sprintf("this model's maximum context length is %d tokens, but the prompt has %d tokens (at least one must be left to generate)", ctxLen, promptLen))
+	e.Code = strPtr("context_length_exceeded")
+	return e
+}
+
+// isTruthy reports whether a raw JSON value asks for something: true or a
+// positive number.
+func isTruthy(raw []byte) bool {
+	s := strings.TrimSpace(string(raw))
+	return s != "" && s != "null" && s != "false" && s != "0"
+}
+
+// randomSeed gives requests without a seed different samples.
+func randomSeed() uint64 {
+	var b [8]byte
+	rand.Read(b[:])
+	return binary.LittleEndian.Uint64(b[:])
+}

@@ -1,0 +1,213 @@
+package serve
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestQueueFIFO: turns are handed out in arrival order, cancelled waiters
+// leave the line, and the bound counts only waiters.
+func TestQueueFIFO(t *testing.T) {
+	q := newQueue(3)
+	first, err := q.enqueue()
+	if err != nil || first.wait(context.Background()) != nil {
+		t.Fatal("first ticket not granted at once")
+	}
+	var tickets []*ticket
+	for range 3 {
+		tk, err := q.enqueue()
+		if err != nil {
+			t.Fatal(err)
+		}
+		tickets = append(tickets, tk)
+	}
+	if _, err := q.enqueue(); !errors.Is(err, errQueueFull) {
+		t.Fatalf("4th waiter: %v, want errQueueFull", err)
+	}
+	// The middle one gives up; its place is freed.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := tickets[1].wait(ctx); err == nil {
+		t.Fatal("cancelled wait succeeded")
+	}
+	late, err := q.enqueue()
+	if err != nil {
+		t.Fatal("place not freed:", err)
+	}
+	order := []*ticket{tickets[0], tickets[2], late}
+	q.release()
+	for i, tk := range order {
+		select {
+		case <-tk.granted:
+		case <-time.After(time.Second):
+			t.Fatalf("ticket %d not granted", i)
+		}
+		for _, other := range order[i+1:] {
+			select {
+			case <-other.granted:
+				t.Fatal("granted out of order")
+			default:
+			}
+		}
+		q.release()
+	}
+	if r, w := q.depth(); r != 0 || w != 0 {
+		t.Errorf("depth %d/%d after all released", r, w)
+	}
+}
+
+// TestQueueFull: with the engine busy and the queue full, a request gets
+// 503 with Retry-After; the others complete, one at a time.
+func TestQueueFull(t *testing.T) {
+	eng := &fakeEngine{output: "abcd", eos: true, gate: make(chan struct{}), started: make(chan struct{}, 10)}
+	s, ts := testServer(t, eng, Config{MaxQueue: 1})
+	body := `{"messages":[{"role":"user","content":"Hi"}],"max_tokens":4}`
+	var wg sync.WaitGroup
+	statuses := make(chan int, 2)
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, _ := post(t, ts.URL+"/v1/chat/completions", body)
+			statuses <- resp.StatusCode
+		}()
+	}
+	<-eng.started                                                      // one runs...
+	waitFor(t, func() bool { _, w := s.queue.depth(); return w == 1 }) // ...one waits
+	resp, b := post(t, ts.URL+"/v1/chat/completions", body)
+	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("status %d, Retry-After %q: %s", resp.StatusCode, resp.Header.Get("Retry-After"), b)
+	}
+	if e := decodeError(t, b); e.Error.Code == nil || *e.Error.Code != "queue_full" {
+		t.Errorf("error = %s", b)
+	}
+	close(eng.gate)
+	wg.Wait()
+	for range 2 {
+		if st := <-statuses; st != 200 {
+			t.Errorf("queued request: %d", st)
+		}
+	}
+	if eng.maxRun != 1 {
+		t.Errorf("%d generations ran at once", eng.maxRun)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestDisconnectCancels: a client that hangs up mid-stream cancels its
+// generation, which frees the engine for the next request.
+func TestDisconnectCancels(t *testing.T) {
+	for _, stream := range []bool{true, false} {
+		t.Run(map[bool]string{true: "stream", false: "whole"}[stream], func(t *testing.T) {
+			gate := make(chan struct{})
+			eng := &fakeEngine{output: "abcdefgh", gate: gate, started: make(chan struct{}, 1)}
+			s, ts := testServer(t, eng, Config{})
+			ctx, cancel := context.WithCancel(context.Background())
+			body := `{"messages":[{"role":"user","content":"Hi"}],"max_tokens":1000,"stream":` + map[bool]string{true: "true", false: "false"}[stream] + `}`
+			req, _ := http.NewRequestWithContext(ctx, "POST", ts.URL+"/v1/chat/completions", strings.NewReader(body))
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				resp, err := http.DefaultClient.Do(req)
+				if err == nil {
+					buf := make([]byte, 1)
+					resp.Body.Read(buf) // the role chunk
+					<-ctx.Done()
+					resp.Body.Close()
+				}
+			}()
+			<-eng.started
+			gate <- struct{}{} // one block, then the client hangs up
+			cancel()
+			<-done
+			waitFor(t, func() bool {
+				eng.mu.Lock()
+				defer eng.mu.Unlock()
+				return eng.running == 0
+			})
+			if !errors.Is(eng.ctxErr, context.Canceled) {
+				t.Errorf("engine ctx: %v, want canceled", eng.ctxErr)
+			}
+			waitFor(t, func() bool { r, _ := s.queue.depth(); return r == 0 })
+			eng.gate = nil
+			resp, b := post(t, ts.URL+"/v1/chat/completions", `{"messages":[{"role":"user","content":"Hi"}],"max_tokens":3}`)
+			decodeChat(t, resp, b)
+		})
+	}
+}
+
+// TestEnginePanic: a panicking engine gives a 500, frees the queue and
+// leaves the server running.
+func TestEnginePanic(t *testing.T) {
+	eng := &fakeEngine{output: "fine", eos: true, panicWith: "boom"}
+	_, ts := testServer(t, eng, Config{})
+	resp, b := post(t, ts.URL+"/v1/chat/completions", `{"messages":[{"role":"user","content":"Hi"}]}`)
+	if resp.StatusCode != 500 {
+		t.Fatalf("status %d: %s", resp.StatusCode, b)
+	}
+	decodeError(t, b)
+	// A panic after the stream started ends the stream instead.
+	_, b = post(t, ts.URL+"/v1/chat/completions", `{"messages":[{"role":"user","content":"Hi"}],"stream":true}`)
+	if s := parseStream(t, b); len(s.chunks) < 2 || s.chunks[0].Choices[0].Delta.Role == nil || s.chunks[len(s.chunks)-1].Error == nil || !s.done {
+		t.Errorf("stream not ended by an error event and [DONE]: %s", b)
+	}
+	eng.panicWith = nil
+	resp, b = post(t, ts.URL+"/v1/chat/completions", `{"messages":[{"role":"user","content":"Hi"}]}`)
+	if r := decodeChat(t, resp, b); r.Choices[0].Message.Content != "fine" {
+		t.Errorf("after panic: %s", b)
+	}
+}
+
+// TestEngineErrors maps engine failures to statuses, whole and streamed.
+func TestEngineErrors(t *testing.T) {
+	for _, tc := range []struct {
+		err    error
+		status int
+	}{
+		{errors.New("CUDA out of memory"), 500},
+		{errContextTooLong, 400},
+		{errInvalidRequest, 400},
+	} {
+		eng := &fakeEngine{err: tc.err}
+		_, ts := testServer(t, eng, Config{})
+		resp, b := post(t, ts.URL+"/v1/chat/completions", `{"messages":[{"role":"user","content":"Hi"}]}`)
+		if resp.StatusCode != tc.status {
+			t.Errorf("%v: status %d: %s", tc.err, resp.StatusCode, b)
+		}
+		decodeError(t, b)
+		_, b = post(t, ts.URL+"/v1/chat/completions", `{"messages":[{"role":"user","content":"Hi"}],"stream":true}`)
+		s := parseStream(t, b)
+		if last := s.chunks[len(s.chunks)-1]; last.Error == nil || !s.done {
+			t.Errorf("%v: stream did not end with an error event and [DONE]: %s", tc.err, b)
+		}
+	}
+}
+
+// TestTimeout: a generation past the request timeout is cancelled: 504.
+func TestTimeout(t *testing.T) {
+	eng := &fakeEngine{output: "slow", gate: make(chan struct{})}
+	_, ts := testServer(t, eng, Config{RequestTimeout: 50 * time.Millisecond})
+	resp, b := post(t, ts.URL+"/v1/chat/completions", `{"messages":[{"role":"user","content":"Hi"}]}`)
+	if resp.StatusCode != http.StatusGatewayTimeout {
+		t.Fatalf("status %d: %s", resp.StatusCode, b)
+	}
+	decodeError(t, b)
+	if !errors.Is(eng.ctxErr, context.DeadlineExceeded) {
+		t.Errorf("engine ctx: %v", eng.ctxErr)
+	}
+}

@@ -1,0 +1,175 @@
+package serve
+
+import (
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Config configures a Server; zero fields take the defaults noted.
+type Config struct {
+	// ModelName is the id reported by /v1/models and in responses. Requests
+	// may name any model; there is only one.
+	ModelName string
+	// MaxQueue is how many requests may wait behind the running one before
+	// more are refused with 503; 0 allows none to wait.
+	MaxQueue int
+	// RequestTimeout bounds a request, queueing included; 0 = none.
+	RequestTimeout time.Duration
+	// MaxBodyBytes caps a request body; 0 = 4 MiB.
+	MaxBodyBytes int64
+	// DefaultMaxTokens is a chat completion's max_tokens when the request
+	// gives none (still capped by the context); 0 = 32768.
+	DefaultMaxTokens int
+	// Logger receives one line per request; nil = slog.Default().
+	Logger *slog.Logger
+	// ShutdownGrace is how long Run lets requests in flight finish after
+	// its context ends before cancelling them; 0 = DefaultShutdownGrace.
+	ShutdownGrace time.Duration
+}
+
+// Defaults used when the Config leaves a field zero.
+const (
+	DefaultMaxBodyBytes     = 4 << 20
+	DefaultChatMaxTokens    = 32768
+	completionMaxTokens     = 16 // OpenAI's and vLLM's default for /v1/completions
+	retryAfterLoadingSecs   = 5
+	retryAfterQueueFullSecs = 2
+)
+
+// Server answers the HTTP API. It serves 503 until SetModel is called.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	model   atomic.Pointer[Model]
+	queue   *queue
+	created int64
+	routes  map[string]map[string]http.HandlerFunc // path -> method -> handler
+	active  sync.WaitGroup                         // generations in progress
+	// shuttingDown tells a generation cancelled by shutdown from one whose
+	// client hung up.
+	shuttingDown atomic.Bool
+}
+
+// New returns a server that is loading (503) until SetModel.
+func New(cfg Config) *Server {
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.DefaultMaxTokens <= 0 {
+		cfg.DefaultMaxTokens = DefaultChatMaxTokens
+	}
+	if cfg.ShutdownGrace <= 0 {
+		cfg.ShutdownGrace = DefaultShutdownGrace
+	}
+	if cfg.MaxQueue < 0 {
+		cfg.MaxQueue = 0
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, queue: newQueue(cfg.MaxQueue), created: time.Now().Unix()}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	s.routes = map[string]map[string]http.HandlerFunc{
+		"/health":              {"GET": s.handleHealth},
+		"/v1/models":           {"GET": s.handleModels},
+		"/v1/chat/completions": {"POST": s.handleChat},
+		"/v1/completions":      {"POST": s.handleCompletions},
+	}
+	return s
+}
+
+// SetModel makes the server ready.
+func (s *Server) SetModel(m *Model) { s.model.Store(m) }
+
+// Ready reports whether a model is loaded.
+func (s *Server) Ready() bool { return s.model.Load() != nil }
+
+// ServeHTTP routes a request, logging it and turning a panic into a 500.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rec := &recorder{ResponseWriter: w, start: time.Now()}
+	defer s.finish(rec, r)
+	path := r.URL.Path
+	methods, ok := s.routes[path]
+	if !ok && strings.HasPrefix(path, "/v1/models/") {
+		methods, ok = map[string]http.HandlerFunc{"GET": s.handleModel}, true
+	}
+	if !ok {
+		writeError(rec, newError(http.StatusNotFound, typeNotFound, "not_found", "no route for "+r.Method+" "+path))
+		return
+	}
+	method := r.Method
+	if method == http.MethodHead {
+		method = http.MethodGet
+	}
+	h, ok := methods[method]
+	if !ok {
+		allow := make([]string, 0, len(methods))
+		for m := range methods {
+			allow = append(allow, m)
+		}
+		slices.Sort(allow)
+		rec.Header().Set("Allow", strings.Join(allow, ", "))
+		writeError(rec, newError(http.StatusMethodNotAllowed, typeInvalidRequest, "method_not_allowed",
+			r.Method+" is not allowed on "+path+"; use "+strings.Join(allow, ", ")))
+		return
+	}
+	h(rec, r)
+}
+
+// loaded returns the model, or writes 503 and returns nil while loading.
+func (s *Server) loaded(w http.ResponseWriter) *Model {
+	m := s.model.Load()
+	if m == nil {
+		e := newError(http.StatusServiceUnavailable, typeUnavailable, "model_loading", "the model is still loading; retry shortly")
+		e.RetryAfter = retryAfterLoadingSecs
+		writeError(w, e)
+	}
+	return m
+}
+
+func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
+	if !s.Ready() {
+		w.Header().Set("Retry-After", "5")
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "loading"})
+		return
+	}
+	running, waiting := s.queue.depth()
+	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "running": running, "waiting": waiting})
+}
+
+// modelCard is one entry of /v1/models.
+type modelCard struct {
+	ID          string `json:"id"`
+	Object      string `json:"object"`
+	Created     int64  `json:"created"`
+	OwnedBy     string `json:"owned_by"`
+	MaxModelLen int    `json:"max_model_len"`
+}
+
+func (s *Server) card(m *Model) modelCard {
+	return modelCard{ID: s.cfg.ModelName, Object: "model", Created: s.created, OwnedBy: "dllm", MaxModelLen: m.ContextLength}
+}
+
+func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
+	m := s.loaded(w)
+	if m == nil {
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []modelCard{s.card(m)}})
+}
+
+func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) {
+	m := s.loaded(w)
+	if m == nil {
+		return
+	}
+	if id := strings.TrimPrefix(r.URL.Path, "/v1/models/"); id != s.cfg.ModelName {
+		writeError(w, newError(http.StatusNotFound, typeNotFound, "model_not_found", "the model "+id+" does not exist; this server has "+s.cfg.ModelName))
+		return
+	}
+	writeJSON(w, http.StatusOK, s.card(m))
+}
