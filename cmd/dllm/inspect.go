@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/urfave/cli/v3"
 
@@ -51,6 +52,7 @@ func inspectCommand() *cli.Command {
 			if c.Bool("json") {
 				enc := json.NewEncoder(w)
 				enc.SetIndent("", "  ")
+				enc.SetEscapeHTML(false)
 				return enc.Encode(info)
 			}
 			fmt.Fprintf(w, "model         %s\n", info.Dir)
@@ -62,8 +64,12 @@ func inspectCommand() *cli.Command {
 			fmt.Fprintf(w, "tokenizer     %s\n", yesNo(info.Tokenizer))
 			fmt.Fprintf(w, "chat template %s\n", yesNo(info.ChatTemplate))
 			if info.Diffusion != nil {
-				b, _ := json.Marshal(info.Diffusion)
-				fmt.Fprintf(w, "diffusion     %s\n", b)
+				// No HTML escaping: the mask token reads "<|mask|>", not "\u003c|mask|\u003e".
+				var b strings.Builder
+				enc := json.NewEncoder(&b)
+				enc.SetEscapeHTML(false)
+				enc.Encode(info.Diffusion)
+				fmt.Fprintf(w, "diffusion     %s", b.String())
 			} else {
 				fmt.Fprintf(w, "diffusion     none (an autoregressive checkpoint; see dllm convert)\n")
 			}

@@ -44,6 +44,15 @@ func TestInspectCommand(t *testing.T) {
 	if err != nil || !strings.Contains(text, "LlamaForCausalLM") || !strings.Contains(text, "diffusion     none") {
 		t.Errorf("text inspect: %v\n%s", err, text)
 	}
+	// A converted model shows its diffusion settings.
+	conv := t.TempDir() + "/m"
+	if _, err := runCmd(t, []*cli.Command{convertCommand()}, "convert", "--from", tinyModel, "--out", conv, "--hash", "fast"); err != nil {
+		t.Fatal(err)
+	}
+	text, err = runCmd(t, []*cli.Command{inspectCommand()}, "inspect", conv)
+	if err != nil || !strings.Contains(text, `"mask_token":"<|mask|>"`) || !strings.Contains(text, `"mask_token_id":500`) {
+		t.Errorf("inspect of a converted model: %v\n%s", err, text)
+	}
 	for _, args := range [][]string{{"inspect"}, {"inspect", "../../testdata/nope"}, {"inspect", "../../testdata"}} {
 		if _, err := runCmd(t, []*cli.Command{inspectCommand()}, args...); err == nil {
 			t.Errorf("%v should fail", args)
