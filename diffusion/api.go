@@ -35,6 +35,17 @@ type Options struct {
 	// 0 = the model's max_position_embeddings. A prompt that leaves no room
 	// for one token is ErrContextTooLong.
 	ContextLimit int
+	// FixedCommit, when positive, replaces the threshold: every step
+	// commits exactly this many masked positions (the rest of the block
+	// when fewer remain), the most confident ones. With the shift, position
+	// 0 always goes in the first step: its prediction is the carry, final
+	// before the block's first forward, and leaving it for last would make
+	// the forward count depend on the weights. So a block of B positions
+	// takes exactly ceil(B/k) denoising forwards (none when B is 1 with the
+	// shift), for speed measurements independent of the weights (dllm
+	// bench decode); it is not meant to give good text. MaxStepsPerBlock
+	// defaults to B with it (no cap).
+	FixedCommit int
 }
 
 // Block is one committed block handed to the caller as soon as it is final:

@@ -1,5 +1,11 @@
 package diffusion
 
+import (
+	"cmp"
+	"math"
+	"slices"
+)
+
 // canvas is one block being denoised: each position is still masked or
 // fixed to a token, and a fixed token never changes.
 type canvas struct {
@@ -50,6 +56,33 @@ func (c *canvas) commit(tok []int64, conf []float64, threshold float64, all bool
 	}
 	if !committed && best >= 0 {
 		c.ids[best], c.fixed[best] = tok[best], true
+	}
+}
+
+// commitTop fixes the k most confident masked positions (fewer when fewer
+// remain; the first on a tie), all of them when all is set. With first set,
+// an unfixed position 0 counts as the most confident: with the shift its
+// candidate comes from the carry and is final from the block's start.
+func (c *canvas) commitTop(tok []int64, conf []float64, k int, first, all bool) {
+	var open []int
+	for i := range tok {
+		if !c.fixed[i] {
+			open = append(open, i)
+		}
+	}
+	rank := func(i int) float64 {
+		if first && i == 0 {
+			return math.Inf(1)
+		}
+		return conf[i]
+	}
+	// Stable, so equal confidences keep position order.
+	slices.SortStableFunc(open, func(a, b int) int { return cmp.Compare(rank(b), rank(a)) })
+	if !all {
+		open = open[:min(k, len(open))]
+	}
+	for _, i := range open {
+		c.ids[i], c.fixed[i] = tok[i], true
 	}
 }
 

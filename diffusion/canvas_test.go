@@ -42,6 +42,43 @@ func TestCanvasCommit(t *testing.T) {
 	}
 }
 
+func TestCanvasCommitTop(t *testing.T) {
+	const M = 99 // mask
+	tok := []int64{10, 11, 12, 13, 14}
+	cases := []struct {
+		name  string
+		fixed []bool
+		conf  []float64
+		k     int
+		first bool // position 0 goes first (the shift)
+		all   bool
+		want  []int64
+	}{
+		{"one", []bool{false, false, false, false, false}, []float64{0.1, 0.5, 0.3, 0.9, 0.2}, 1, false, false, []int64{M, M, M, 13, M}},
+		{"two, confidence ignored above any threshold", []bool{false, false, false, false, false}, []float64{0.99, 0.98, 0.97, 0.99, 0.1}, 2, false, false, []int64{10, M, M, 13, M}},
+		{"ties go to the first", []bool{false, false, false, false, false}, []float64{0.5, 0.5, 0.5, 0.5, 0.5}, 3, false, false, []int64{10, 11, 12, M, M}},
+		{"fixed positions skipped", []bool{false, true, false, true, false}, []float64{0.1, 0.99, 0.3, 0.99, 0.2}, 2, false, false, []int64{M, 1, 12, 1, 14}},
+		{"fewer left than k", []bool{true, true, false, true, true}, []float64{0, 0, 0.1, 0, 0}, 4, false, false, []int64{1, 1, 12, 1, 1}},
+		{"shift: position 0 first", []bool{false, false, false, false, false}, []float64{0.01, 0.5, 0.3, 0.9, 0.2}, 2, true, false, []int64{10, M, M, 13, M}},
+		{"shift, position 0 fixed", []bool{true, false, false, false, false}, []float64{0.9, 0.5, 0.3, 0.9, 0.2}, 1, true, false, []int64{1, M, M, 13, M}},
+		{"last step commits all", []bool{false, true, false, false, false}, []float64{0.1, 0.99, 0.3, 0.4, 0.2}, 1, false, true, []int64{10, 1, 12, 13, 14}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cv := newCanvas(len(tok), M)
+			for i, f := range c.fixed {
+				if f {
+					cv.ids[i], cv.fixed[i] = 1, true
+				}
+			}
+			cv.commitTop(tok, c.conf, c.k, c.first, c.all)
+			if !slices.Equal(cv.ids, c.want) {
+				t.Fatalf("ids %v, want %v", cv.ids, c.want)
+			}
+		})
+	}
+}
+
 func TestCanvasSettled(t *testing.T) {
 	const M = 99
 	stop := map[int64]bool{7: true}
@@ -148,6 +185,8 @@ func TestResolve(t *testing.T) {
 		{"huge block", Options{BlockSize: 1 << 62, MaxNewTokens: 6}, plan{block: 1 << 62, maxSteps: 1 << 62, threshold: 0.9, topP: 1, maxNew: 6, cacheLen: 64}},
 		{"tiny temperature is greedy", Options{Temperature: 1e-9, TopP: 0.5, MaxNewTokens: 4}, plan{block: 4, maxSteps: 3, threshold: 0.9, topP: 0.5, maxNew: 4, cacheLen: 14}},
 		{"sampling", Options{Temperature: 0.7, Threshold: 0.5, MaxNewTokens: 4}, plan{block: 4, maxSteps: 3, threshold: 0.5, temperature: 0.7, topP: 1, maxNew: 4, cacheLen: 14}},
+		{"fixed commit: no step cap", Options{FixedCommit: 2, MaxNewTokens: 4}, plan{block: 4, fixed: 2, maxSteps: 4, threshold: 0.9, topP: 1, maxNew: 4, cacheLen: 14}},
+		{"fixed commit, cap given", Options{FixedCommit: 1, MaxStepsPerBlock: 2, MaxNewTokens: 4}, plan{block: 4, fixed: 1, maxSteps: 2, threshold: 0.9, topP: 1, maxNew: 4, cacheLen: 14}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -156,7 +195,7 @@ func TestResolve(t *testing.T) {
 				t.Fatal(err)
 			}
 			w := c.want
-			if p.block != w.block || p.maxSteps != w.maxSteps || p.threshold != w.threshold || p.temperature != w.temperature ||
+			if p.block != w.block || p.fixed != w.fixed || p.maxSteps != w.maxSteps || p.threshold != w.threshold || p.temperature != w.temperature ||
 				p.topP != w.topP || p.maxNew != w.maxNew || p.cacheLen != w.cacheLen || p.mask != tinyMask || !p.shift {
 				t.Fatalf("plan %+v\nwant %+v", p, w)
 			}

@@ -29,6 +29,7 @@ type plan struct {
 	block       int
 	chunk       int // prefill tokens per forward
 	threshold   float64
+	fixed       int // > 0: commit exactly this many positions per step
 	maxSteps    int
 	temperature float64
 	topP        float64 // < 1: nucleus sampling
@@ -72,10 +73,12 @@ func (s *Sampler) resolve(prompt []int64, o Options) (plan, error) {
 		return bad("max new tokens %d is negative", o.MaxNewTokens)
 	case o.ContextLimit < 0:
 		return bad("context limit %d is negative", o.ContextLimit)
+	case o.FixedCommit < 0:
+		return bad("fixed commit count %d is negative", o.FixedCommit)
 	}
 	// 3. Defaults.
 	p := plan{
-		block: o.BlockSize, chunk: prefillChunk, threshold: o.Threshold, maxSteps: o.MaxStepsPerBlock,
+		block: o.BlockSize, chunk: prefillChunk, threshold: o.Threshold, fixed: o.FixedCommit, maxSteps: o.MaxStepsPerBlock,
 		temperature: o.Temperature, topP: o.TopP, seed: o.Seed,
 		stop: map[int64]bool{}, mask: int64(st.MaskTokenID), shift: st.Shift,
 	}
@@ -87,7 +90,8 @@ func (s *Sampler) resolve(prompt []int64, o Options) (plan, error) {
 	}
 	if p.maxSteps == 0 {
 		p.maxSteps = p.block
-		if p.block == st.BlockSize && st.Generation.MaxStepsPerBlock > 0 {
+		// dllm.json's cap would cut a fixed-count block short.
+		if p.block == st.BlockSize && st.Generation.MaxStepsPerBlock > 0 && p.fixed == 0 {
 			p.maxSteps = st.Generation.MaxStepsPerBlock
 		}
 	}

@@ -129,6 +129,7 @@ func TestBadRequests(t *testing.T) {
 		{"infinite temperature", s, prompt, Options{Temperature: math.Inf(1)}, ErrInvalidRequest},
 		{"top_p above 1", s, prompt, Options{TopP: 2}, ErrInvalidRequest},
 		{"negative steps", s, prompt, Options{MaxStepsPerBlock: -2}, ErrInvalidRequest},
+		{"negative fixed commit", s, prompt, Options{FixedCommit: -1}, ErrInvalidRequest},
 		{"negative max tokens", s, prompt, Options{MaxNewTokens: -5}, ErrInvalidRequest},
 		{"negative context", s, prompt, Options{ContextLimit: -5}, ErrInvalidRequest},
 		{"AR model, block 4", NewSampler(m, ARSettings()), prompt, Options{BlockSize: 4}, ErrInvalidRequest},

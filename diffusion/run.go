@@ -149,6 +149,11 @@ func (g *generation) denoise(ctx context.Context, n, need int) (out []int64, sto
 		if err != nil {
 			return nil, false, err
 		}
-		c.commit(tok, conf, g.p.threshold, step >= g.p.maxSteps)
+		last := step >= g.p.maxSteps
+		if g.p.fixed > 0 {
+			c.commitTop(tok, conf, g.p.fixed, g.p.shift, last)
+		} else {
+			c.commit(tok, conf, g.p.threshold, last)
+		}
 	}
 }

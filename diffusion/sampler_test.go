@@ -170,3 +170,47 @@ func TestLargerBlocks(t *testing.T) {
 		}
 	}
 }
+
+// FixedCommit k commits exactly k positions per denoising forward whatever
+// the weights: a block of B takes ceil(B/k) forwards, plus the forward that
+// committed the block before it (none for a block of 1 with the shift, whose
+// one position is the carry's).
+func TestFixedCommitStepCounts(t *testing.T) {
+	m := loadTiny(t)
+	prompt := loadChats(t)[0].IDs
+	cases := []struct {
+		block, k int
+		shift    bool
+	}{
+		{8, 1, true}, {8, 1, false}, {8, 3, true}, {8, 4, true}, {8, 4, false},
+		{7, 3, true}, {5, 8, true}, {1, 1, true},
+	}
+	for _, c := range cases {
+		const blocks = 3
+		s := NewSampler(m, tinySettings(c.block, c.shift))
+		var got []Block
+		res, err := generate(t, context.Background(), s, prompt,
+			Options{FixedCommit: c.k, MaxNewTokens: c.block * blocks},
+			func(b Block) (bool, error) { got = append(got, b); return false, nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != blocks || len(res.IDs) != c.block*blocks {
+			t.Fatalf("%+v: %d blocks, %d tokens", c, len(got), len(res.IDs))
+		}
+		denoise := (c.block + c.k - 1) / c.k
+		if c.block == 1 && c.shift {
+			denoise = 0
+		}
+		for i, b := range got {
+			if want := denoise + min(i, 1); b.Steps != want {
+				t.Errorf("%+v, block %d: %d steps, want %d", c, i, b.Steps, want)
+			}
+		}
+		for _, id := range res.IDs {
+			if id == tinyMask {
+				t.Errorf("%+v: emitted the mask token", c)
+			}
+		}
+	}
+}

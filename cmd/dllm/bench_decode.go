@@ -1,0 +1,657 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"maps"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v3"
+
+	"dllm/diffusion"
+	"dllm/model"
+	"dllm/torch"
+)
+
+// benchDecodeCommand is `dllm bench decode`: the decode loop's speed, either
+// of the sampler in this process or of a running server.
+func benchDecodeCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "decode",
+		Usage: "decode speed: the sampler's loop over a KV cache filled to each context, or a running server",
+		UsageText: `dllm bench decode (--config FILE | --model DIR) [--ctx 1k,8k,16k,32k] [--commit 1,2,4,8] [--ar] [options]
+dllm bench decode --server URL [--max-tokens N] [--prompt-tokens N] [--threshold X]`,
+		Description: `In-process: for each context C, a prompt of C random tokens is prefilled,
+then the diffusion sampler generates with exactly k tokens committed per
+denoising forward (--commit; diffusion.Options.FixedCommit), so the forward
+count, and so the speed, does not depend on the weights; --ar adds plain AR
+decoding (block 1). Per point: the time per forward (median and p90 over
+blocks: a block's wall time over its forwards, the causal commit forward
+included), committed tokens/s, TPF, and the bandwidth floor: the weights read
+once plus the KV cache at C, at --bandwidth-gbs.
+
+With --server: times streamed chat completions against an OpenAI-compatible
+server (dllm serve or any other): time to first token and tokens/s.
+See docs/performance.md.`,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "model", Usage: "model `DIR` with weights (its dllm.json when there is one); with --server, the model name to send"},
+			&cli.StringFlag{Name: "config", Usage: "config.json (or its directory) for random weights of that shape"},
+			&cli.StringFlag{Name: "device", Value: "auto", Usage: "cpu, cuda, cuda:N or auto"},
+			&cli.StringFlag{Name: "dtype", Value: "bf16", Usage: "weight and compute dtype"},
+			&cli.StringFlag{Name: "ctx", Value: "1k,8k,16k,32k", Usage: "comma-separated context lengths (k = 1024)"},
+			&cli.IntFlag{Name: "block", Value: 32, Usage: "block size of the diffusion points"},
+			&cli.StringFlag{Name: "commit", Value: "1,2,4,8", Usage: "comma-separated tokens committed per denoising forward; with --ar, only when given"},
+			&cli.BoolFlag{Name: "ar", Usage: "measure AR decoding (block 1, one token per forward)"},
+			&cli.IntFlag{Name: "tokens", Value: 512, Usage: "timed tokens per point (whole blocks)"},
+			&cli.IntFlag{Name: "warmup", Value: 32, Usage: "untimed tokens before the timed ones at each point (at least one block)"},
+			&cli.FloatFlag{Name: "bandwidth-gbs", Value: 4300, Usage: "memory bandwidth for the floor, GB/s (H200 copy as measured: 4300; H100: 3350)"},
+			&cli.BoolFlag{Name: "json", Usage: "print one JSON object per point"},
+			// Client mode.
+			&cli.StringFlag{Name: "server", Usage: "base `URL` of an OpenAI-compatible server to time instead (e.g. http://127.0.0.1:8000)"},
+			&cli.IntFlag{Name: "max-tokens", Value: 256, Usage: "with --server: max_tokens per request"},
+			&cli.IntFlag{Name: "prompt-tokens", Value: 64, Usage: "with --server: prompt length, about this many tokens of words"},
+			&cli.FloatFlag{Name: "threshold", Usage: "with --server: dllm's threshold extension (not sent unless given)"},
+			&cli.FloatFlag{Name: "temperature", Usage: "with --server: sampling temperature"},
+			&cli.IntFlag{Name: "requests", Value: 3, Usage: "with --server: timed requests (after one short warm-up)"},
+			&cli.BoolFlag{Name: "ignore-eos", Value: true, Usage: "with --server: send ignore_eos (vLLM's extension; dllm ignores it) so every request runs to max_tokens"},
+			&cli.DurationFlag{Name: "timeout", Value: 10 * time.Minute, Usage: "with --server: limit per request"},
+		},
+		Action: benchDecode,
+	}
+}
+
+func benchDecode(ctx context.Context, c *cli.Command) error {
+	// Ctrl-C stops between two forwards (or requests), after the points
+	// already printed.
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt)
+	defer stop()
+	if c.String("server") != "" {
+		return benchDecodeServer(ctx, c)
+	}
+	return benchDecodeLocal(ctx, c)
+}
+
+// decodeMode is one way of decoding: k tokens per denoising forward in
+// blocks of block, or AR (block 1).
+type decodeMode struct {
+	ar     bool
+	block  int
+	commit int
+}
+
+func (m decodeMode) String() string {
+	if m.ar {
+		return "ar"
+	}
+	return fmt.Sprintf("commit%d", m.commit)
+}
+
+// decodePoint is one measured (mode, context) pair.
+type decodePoint struct {
+	Device   string `json:"device"`
+	DType    string `json:"dtype"`
+	Mode     string `json:"mode"` // "ar" or "commitK"
+	Block    int    `json:"block"`
+	Commit   int    `json:"commit"` // tokens per denoising forward (1 for AR)
+	Context  int    `json:"context"`
+	Tokens   int    `json:"tokens"`   // committed in the timed blocks
+	Forwards int    `json:"forwards"` // in the timed blocks, commit forwards included
+	// StepMedianMS and StepP90MS are over the timed blocks of each block's
+	// wall time divided by its forwards.
+	StepMedianMS float64 `json:"step_median_ms"`
+	StepP90MS    float64 `json:"step_p90_ms"`
+	TokPerSec    float64 `json:"tokens_per_s"` // Tokens / their wall time
+	TPF          float64 `json:"tpf"`          // Tokens / Forwards
+	// FloorMS is the time one forward needs to read the weights and the KV
+	// cache at Context once at BandwidthGBs; VsFloor = StepMedianMS / FloorMS.
+	FloorMS      float64 `json:"floor_ms"`
+	VsFloor      float64 `json:"vs_floor"`
+	BandwidthGBs float64 `json:"bandwidth_gbs"`
+	PrefillMS    float64 `json:"prefill_ms"`
+}
+
+func benchDecodeLocal(ctx context.Context, c *cli.Command) error {
+	// 1. Everything that can fail before weights are made.
+	ctxs, err := parseSizes(c.String("ctx"))
+	if err != nil {
+		return fmt.Errorf("--ctx: %w", err)
+	}
+	modes, err := decodeModes(c)
+	if err != nil {
+		return err
+	}
+	tokens, warmup, bw := c.Int("tokens"), c.Int("warmup"), c.Float("bandwidth-gbs")
+	switch {
+	case tokens < 1:
+		return fmt.Errorf("--tokens %d must be at least 1", tokens)
+	case warmup < 0:
+		return fmt.Errorf("--warmup %d is negative", warmup)
+	case !(bw > 0):
+		return fmt.Errorf("--bandwidth-gbs %v must be positive", bw)
+	}
+	dev, dt, err := placement(c.String("device"), c.String("dtype"))
+	if err != nil {
+		return err
+	}
+	m, settings, err := benchDecodeModel(c, dev, dt)
+	if err != nil {
+		return err
+	}
+	defer m.Free()
+	cfg := m.Config
+	generated := 0
+	for _, md := range modes {
+		generated = max(generated, decodePlan(md, tokens, warmup).total)
+	}
+	if C := slices.Max(ctxs); C+generated > cfg.MaxPositionEmbeddings {
+		return fmt.Errorf("context %d plus %d generated tokens exceeds the model's max_position_embeddings of %d",
+			C, generated, cfg.MaxPositionEmbeddings)
+	}
+	weightBytes, kvPerToken := benchWeightBytes(cfg, dt), cfg.KVBytesPerToken(dt.Size())
+	w := c.Root().Writer
+	if !c.Bool("json") {
+		fmt.Fprintf(w, "# %d layers, hidden %d, vocab %d, %s on %s: %.4g GB of weights read per forward, KV %.4g kB/token; floor at %.0f GB/s\n",
+			cfg.NumHiddenLayers, cfg.HiddenSize, cfg.VocabSize, dt, dev, float64(weightBytes)/1e9, float64(kvPerToken)/1e3, bw)
+		fmt.Fprintf(w, "%-8s %5s %8s %6s %6s %8s %8s %8s %9s %10s %7s\n",
+			"mode", "block", "context", "tokens", "fwds", "TPF", "step_ms", "p90_ms", "tokens/s", "floor_ms", "x_floor")
+	}
+	// 2. One short generation first: the first in a process runs 3-4x
+	// slower per step on a GPU (docs/performance.md), which would land on
+	// the first point.
+	rng := rand.New(rand.NewPCG(1, 2))
+	if _, err := runDecodePoint(ctx, m, settings, modes[0], randomPrompt(rng, min(ctxs[0], 64), cfg.VocabSize, settings), 1, 1); err != nil {
+		return err
+	}
+	// 3. The points, each printed as soon as it is measured so that a run
+	// cut short keeps what it finished.
+	for _, C := range ctxs {
+		prompt := randomPrompt(rng, C, cfg.VocabSize, settings)
+		for _, md := range modes {
+			pl := decodePlan(md, tokens, warmup)
+			r, err := runDecodePoint(ctx, m, settings, md, prompt, pl.warmBlocks, pl.timedBlocks)
+			if err != nil {
+				return fmt.Errorf("%s at context %d: %w", md, C, err)
+			}
+			p := r.point(dev, dt, md, C)
+			p.BandwidthGBs = bw
+			p.FloorMS = float64(weightBytes+int64(C)*kvPerToken) / (bw * 1e9) * 1e3
+			p.VsFloor = p.StepMedianMS / p.FloorMS
+			if c.Bool("json") {
+				if err := json.NewEncoder(w).Encode(p); err != nil {
+					return err
+				}
+				continue
+			}
+			fmt.Fprintf(w, "%-8s %5d %8d %6d %6d %8.2f %8.2f %8.2f %9.1f %10.4g %7.1f\n",
+				p.Mode, p.Block, p.Context, p.Tokens, p.Forwards, p.TPF, p.StepMedianMS, p.StepP90MS, p.TokPerSec, p.FloorMS, p.VsFloor)
+		}
+	}
+	return nil
+}
+
+// decodeModes reads --commit and --ar: the commit counts, then AR. --ar
+// alone measures only AR, since --commit has a default.
+func decodeModes(c *cli.Command) ([]decodeMode, error) {
+	block := c.Int("block")
+	if block < 1 {
+		return nil, fmt.Errorf("--block %d must be at least 1", block)
+	}
+	var modes []decodeMode
+	if !c.Bool("ar") || c.IsSet("commit") {
+		ks, err := parseInts(c.String("commit"))
+		if err != nil {
+			return nil, fmt.Errorf("--commit: %w", err)
+		}
+		for _, k := range ks {
+			if k > block {
+				return nil, fmt.Errorf("--commit %d is more than the block of %d", k, block)
+			}
+			modes = append(modes, decodeMode{block: block, commit: k})
+		}
+	}
+	if c.Bool("ar") {
+		modes = append(modes, decodeMode{ar: true, block: 1, commit: 1})
+	}
+	return modes, nil
+}
+
+// plannedDecode is how a point splits its tokens into whole blocks.
+type plannedDecode struct {
+	warmBlocks, timedBlocks int
+	total                   int // tokens generated
+}
+
+func decodePlan(md decodeMode, tokens, warmup int) plannedDecode {
+	// The first block's time includes the prefill, so at least one block
+	// is always warm-up.
+	p := plannedDecode{warmBlocks: max(1, ceilDiv(warmup, md.block)), timedBlocks: ceilDiv(tokens, md.block)}
+	p.total = (p.warmBlocks + p.timedBlocks) * md.block
+	return p
+}
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }
+
+// benchDecodeModel loads --model or makes random weights of --config's
+// shape, with the settings to run them by: dllm.json when the model
+// directory has one, else a stand-in (the last embedding row as the mask,
+// the shift, as configs/minicpm5-2b.yaml converts), since a forward costs the
+// same whatever the weights and the mask id are.
+func benchDecodeModel(c *cli.Command, dev torch.Device, dt torch.DType) (*model.Model, *diffusion.Settings, error) {
+	var (
+		m   *model.Model
+		st  *diffusion.Settings
+		err error
+	)
+	switch dir := c.String("model"); {
+	case dir != "" && c.String("config") != "":
+		return nil, nil, fmt.Errorf("give --model DIR or --config FILE, not both")
+	case dir != "":
+		if _, serr := os.Stat(filepath.Join(dir, diffusion.SettingsFile)); serr == nil {
+			if st, err = diffusion.LoadSettings(dir); err != nil {
+				return nil, nil, err
+			}
+		} else if !errors.Is(serr, fs.ErrNotExist) {
+			return nil, nil, serr
+		}
+		m, err = model.Load(dir, model.LoadOptions{Device: dev, DType: dt})
+	case c.String("config") != "":
+		var cfg *model.Config
+		if cfg, err = model.LoadConfig(c.String("config")); err == nil {
+			m, err = model.NewRandom(cfg, model.LoadOptions{Device: dev, DType: dt}, 0, 0.02)
+		}
+	default:
+		return nil, nil, fmt.Errorf("give --model DIR or --config FILE (or --server URL)")
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	if st == nil {
+		st = &diffusion.Settings{
+			FormatVersion: diffusion.FormatVersion,
+			MaskTokenID:   m.Config.VocabSize - 1,
+			MaskToken:     diffusion.DefaultMaskToken,
+			BlockSize:     c.Int("block"),
+			Attention:     diffusion.AttentionBlock,
+			Shift:         true,
+			Generation:    diffusion.DefaultGeneration(c.Int("block")),
+		}
+	}
+	if err := st.Validate(m.Config.VocabSize); err != nil {
+		m.Free()
+		return nil, nil, err
+	}
+	return m, st, nil
+}
+
+// benchWeightBytes is what one forward reads of the weights: all of them
+// except the embedding table, of which it reads only the rows of its
+// tokens (unless the head shares it).
+func benchWeightBytes(cfg *model.Config, dt torch.DType) int64 {
+	n := cfg.NumParams()
+	if !cfg.TieWordEmbeddings {
+		n -= int64(cfg.VocabSize) * int64(cfg.HiddenSize)
+	}
+	return n * int64(dt.Size())
+}
+
+// randomPrompt is n token ids drawn uniformly, never the mask.
+func randomPrompt(rng *rand.Rand, n, vocab int, st *diffusion.Settings) []int64 {
+	ids := make([]int64, n)
+	for i := range ids {
+		for {
+			ids[i] = rng.Int64N(int64(vocab))
+			if ids[i] != int64(st.MaskTokenID) {
+				break
+			}
+		}
+	}
+	return ids
+}
+
+// decodeRun is what one generation measured over its timed blocks.
+type decodeRun struct {
+	stepMS   []float64 // per block: wall time / forwards
+	tokens   int
+	forwards int
+	wall     time.Duration
+	prefill  time.Duration
+}
+
+// runDecodePoint generates warm+timed blocks after prompt in mode md and
+// times the timed ones. A block's time runs from the previous block's
+// callback to its own: the forward that committed the previous block and
+// its own denoising forwards, which is what Block.Steps counts. Every
+// denoising step copies its picks to the host, so on a GPU the callback
+// comes after the work has finished.
+func runDecodePoint(ctx context.Context, m *model.Model, st *diffusion.Settings, md decodeMode, prompt []int64, warm, timed int) (*decodeRun, error) {
+	s := diffusion.NewSampler(m, st)
+	o := diffusion.Options{BlockSize: md.block, FixedCommit: md.commit, MaxNewTokens: (warm + timed) * md.block,
+		ContextLimit: len(prompt) + (warm+timed)*md.block, TopP: 1}
+	if md.ar {
+		s = diffusion.NewSampler(m, diffusion.ARSettings())
+		o.FixedCommit, o.Threshold = 0, 1
+	}
+	r := &decodeRun{}
+	var last time.Time
+	block := 0
+	res, err := s.Generate(ctx, prompt, o, func(b diffusion.Block) (bool, error) {
+		now := time.Now()
+		if block >= warm {
+			dt := now.Sub(last)
+			r.wall += dt
+			r.tokens += len(b.IDs)
+			r.forwards += b.Steps
+			r.stepMS = append(r.stepMS, float64(dt)/float64(time.Millisecond)/float64(max(b.Steps, 1)))
+		}
+		last = now
+		block++
+		return false, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if block != warm+timed || r.tokens != timed*md.block {
+		// Only a stop token could end it early, and none is set.
+		return nil, fmt.Errorf("generated %d blocks (%d timed tokens), expected %d (%d): finish %s",
+			block, r.tokens, warm+timed, timed*md.block, res.FinishReason)
+	}
+	r.prefill = res.Prefill
+	return r, nil
+}
+
+func (r *decodeRun) point(dev torch.Device, dt torch.DType, md decodeMode, C int) decodePoint {
+	lat := slices.Clone(r.stepMS)
+	slices.Sort(lat)
+	p := decodePoint{Device: dev.String(), DType: dt.String(), Mode: md.String(), Block: md.block, Commit: md.commit,
+		Context: C, Tokens: r.tokens, Forwards: r.forwards,
+		StepMedianMS: lat[len(lat)/2], StepP90MS: lat[len(lat)*9/10],
+		PrefillMS: float64(r.prefill.Microseconds()) / 1000}
+	if r.wall > 0 {
+		p.TokPerSec = float64(r.tokens) / r.wall.Seconds()
+	}
+	if r.forwards > 0 {
+		p.TPF = float64(r.tokens) / float64(r.forwards)
+	}
+	return p
+}
+
+// parseSizes reads "1k,8k,100" into positive integers; k is 1024.
+func parseSizes(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		num, mult := strings.TrimSpace(f), 1
+		if n, ok := strings.CutSuffix(strings.ToLower(num), "k"); ok {
+			num, mult = n, 1024
+		}
+		v, err := strconv.Atoi(num)
+		if err != nil || v < 1 {
+			return nil, fmt.Errorf("bad size %q in %q (want e.g. 512 or 8k)", f, s)
+		}
+		out = append(out, v*mult)
+	}
+	return out, nil
+}
+
+// serverRequest is one timed chat completion against --server.
+type serverRequest struct {
+	Kind             string `json:"kind"` // "request" or, for the medians, "summary"
+	Server           string `json:"server"`
+	Model            string `json:"model,omitempty"`
+	PromptTokens     int    `json:"prompt_tokens"`
+	CompletionTokens int    `json:"completion_tokens"`
+	// Counted is "usage" when the server reported usage, else "chunks":
+	// one token per streamed chunk with text, as servers that stream token
+	// by token send them.
+	Counted   string  `json:"counted"`
+	Chunks    int     `json:"chunks"` // streamed chunks that carried text
+	TTFTMS    float64 `json:"ttft_ms"`
+	TotalMS   float64 `json:"total_ms"`
+	TokPerSec float64 `json:"tokens_per_s"` // completion tokens / total time
+	Finish    string  `json:"finish_reason,omitempty"`
+}
+
+func benchDecodeServer(ctx context.Context, c *cli.Command) error {
+	base := strings.TrimSuffix(strings.TrimSuffix(c.String("server"), "/"), "/v1")
+	if !strings.HasPrefix(base, "http://") && !strings.HasPrefix(base, "https://") {
+		return fmt.Errorf("--server %q: want an http:// or https:// URL", c.String("server"))
+	}
+	switch {
+	case c.Int("max-tokens") < 1:
+		return fmt.Errorf("--max-tokens %d must be at least 1", c.Int("max-tokens"))
+	case c.Int("prompt-tokens") < 1:
+		return fmt.Errorf("--prompt-tokens %d must be at least 1", c.Int("prompt-tokens"))
+	case c.Int("requests") < 1:
+		return fmt.Errorf("--requests %d must be at least 1", c.Int("requests"))
+	}
+	client := &http.Client{Timeout: c.Duration("timeout")}
+	name := c.String("model")
+	if name == "" {
+		// vLLM and others refuse a request for a model they do not serve.
+		var err error
+		if name, err = servedModel(ctx, client, base); err != nil {
+			return err
+		}
+	}
+	body := map[string]any{
+		"messages":       []map[string]string{{"role": "user", "content": benchPromptText(c.Int("prompt-tokens"))}},
+		"max_tokens":     c.Int("max-tokens"),
+		"temperature":    c.Float("temperature"),
+		"stream":         true,
+		"stream_options": map[string]bool{"include_usage": true},
+	}
+	if name != "" {
+		body["model"] = name
+	}
+	if c.IsSet("threshold") {
+		body["threshold"] = c.Float("threshold")
+	}
+	if c.Bool("ignore-eos") {
+		body["ignore_eos"] = true
+	}
+	// One short request first: the server's first request may pay for
+	// warm-ups of its own.
+	warm := maps.Clone(body)
+	warm["max_tokens"] = 8
+	if _, err := timeChat(ctx, client, base, warm); err != nil {
+		return err
+	}
+	w := c.Root().Writer
+	if !c.Bool("json") {
+		fmt.Fprintf(w, "%-8s %7s %7s %7s %10s %10s %9s\n", "request", "prompt", "tokens", "chunks", "ttft_ms", "total_ms", "tokens/s")
+	}
+	var all []serverRequest
+	for i := range c.Int("requests") {
+		r, err := timeChat(ctx, client, base, body)
+		if err != nil {
+			return fmt.Errorf("request %d: %w", i+1, err)
+		}
+		r.Server, r.Model = base, name
+		all = append(all, *r)
+		if c.Bool("json") {
+			if err := json.NewEncoder(w).Encode(r); err != nil {
+				return err
+			}
+		} else {
+			fmt.Fprintf(w, "%-8d %7d %7d %7d %10.1f %10.1f %9.1f\n", i+1, r.PromptTokens, r.CompletionTokens, r.Chunks, r.TTFTMS, r.TotalMS, r.TokPerSec)
+		}
+	}
+	s := summarise(all)
+	if c.Bool("json") {
+		return json.NewEncoder(w).Encode(s)
+	}
+	fmt.Fprintf(w, "%-8s %7d %7d %7d %10.1f %10.1f %9.1f   (medians; tokens counted from %s)\n",
+		"median", s.PromptTokens, s.CompletionTokens, s.Chunks, s.TTFTMS, s.TotalMS, s.TokPerSec, s.Counted)
+	return nil
+}
+
+// summarise is the per-field median of the requests.
+func summarise(rs []serverRequest) serverRequest {
+	med := func(f func(serverRequest) float64) float64 {
+		v := make([]float64, len(rs))
+		for i, r := range rs {
+			v[i] = f(r)
+		}
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
+	return serverRequest{Kind: "summary", Server: rs[0].Server, Model: rs[0].Model, Counted: rs[0].Counted,
+		PromptTokens:     int(med(func(r serverRequest) float64 { return float64(r.PromptTokens) })),
+		CompletionTokens: int(med(func(r serverRequest) float64 { return float64(r.CompletionTokens) })),
+		Chunks:           int(med(func(r serverRequest) float64 { return float64(r.Chunks) })),
+		TTFTMS:           med(func(r serverRequest) float64 { return r.TTFTMS }),
+		TotalMS:          med(func(r serverRequest) float64 { return r.TotalMS }),
+		TokPerSec:        med(func(r serverRequest) float64 { return r.TokPerSec }),
+	}
+}
+
+// servedModel is the first model GET /v1/models lists, or "" when the
+// server does not list any (dllm serves whatever it is asked for).
+func servedModel(ctx context.Context, client *http.Client, base string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/models", nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("server: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return "", nil
+	}
+	var list struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil || len(list.Data) == 0 {
+		return "", nil
+	}
+	return list.Data[0].ID, nil
+}
+
+// timeChat sends one streamed chat completion and times it: the first
+// token is the first chunk that carries text (content or reasoning).
+func timeChat(ctx context.Context, client *http.Client, base string, body map[string]any) (*serverRequest, error) {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/chat/completions", bytes.NewReader(b))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "text/event-stream")
+	start := time.Now()
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 2048))
+		return nil, fmt.Errorf("server answered %s: %s", resp.Status, bytes.TrimSpace(msg))
+	}
+	r := &serverRequest{Kind: "request", Counted: "chunks"}
+	var first time.Duration
+	done := false
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	for sc.Scan() {
+		data, ok := strings.CutPrefix(sc.Text(), "data:")
+		if !ok {
+			continue // blank separators, comments, event names
+		}
+		data = strings.TrimSpace(data)
+		if data == "[DONE]" {
+			done = true
+			break
+		}
+		var ch struct {
+			Choices []struct {
+				Delta struct {
+					Content          string `json:"content"`
+					ReasoningContent string `json:"reasoning_content"`
+					Reasoning        string `json:"reasoning"`
+				} `json:"delta"`
+				FinishReason *string `json:"finish_reason"`
+			} `json:"choices"`
+			Usage *struct {
+				PromptTokens     int `json:"prompt_tokens"`
+				CompletionTokens int `json:"completion_tokens"`
+			} `json:"usage"`
+			Error json.RawMessage `json:"error"`
+		}
+		if err := json.Unmarshal([]byte(data), &ch); err != nil {
+			return nil, fmt.Errorf("server sent a chunk that is not JSON: %v: %.200s", err, data)
+		}
+		if len(ch.Error) > 0 && string(ch.Error) != "null" {
+			return nil, fmt.Errorf("server error in the stream: %s", ch.Error)
+		}
+		for _, c := range ch.Choices {
+			if d := c.Delta; d.Content != "" || d.ReasoningContent != "" || d.Reasoning != "" {
+				if r.Chunks == 0 {
+					first = time.Since(start)
+				}
+				r.Chunks++
+			}
+			if c.FinishReason != nil {
+				r.Finish = *c.FinishReason
+			}
+		}
+		if ch.Usage != nil {
+			r.PromptTokens, r.CompletionTokens, r.Counted = ch.Usage.PromptTokens, ch.Usage.CompletionTokens, "usage"
+		}
+	}
+	total := time.Since(start)
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("reading the stream: %w", err)
+	}
+	if !done {
+		return nil, fmt.Errorf("the stream ended without data: [DONE]")
+	}
+	if r.Counted == "chunks" {
+		r.CompletionTokens = r.Chunks
+	}
+	r.TTFTMS = float64(first.Microseconds()) / 1000
+	r.TotalMS = float64(total.Microseconds()) / 1000
+	r.TokPerSec = float64(r.CompletionTokens) / total.Seconds()
+	return r, nil
+}
+
+// benchWords make benchmark prompts: common English words, about one token
+// each with their leading space in the usual BPE vocabularies.
+var benchWords = strings.Fields(`the of and to in is that for it as was with be by on not he this are or his
+from at which but have an they you were her she there been one all we their has would when if so no will
+can more other time some what about into them these may only its first new any my now such like our over
+man me even most made after also did many before must through back years where much your way well down
+should because each just those people how too little state good very make world still own see men work
+long get here between both life being under never day same another know while last might us great old year`)
+
+// benchPromptText is a prompt of about n tokens: a request to continue,
+// then words drawn from benchWords (the same for every run).
+func benchPromptText(n int) string {
+	rng := rand.New(rand.NewPCG(3, 4))
+	var b strings.Builder
+	b.WriteString("Continue this text:")
+	for range max(n-5, 1) {
+		b.WriteByte(' ')
+		b.WriteString(benchWords[rng.IntN(len(benchWords))])
+	}
+	return b.String()
+}
