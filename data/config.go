@@ -240,6 +240,7 @@ func (c *Config) Validate() error {
 			bad("source %q: repeat needs max_tokens on the source or total_tokens on the run, or it never ends", s.Name)
 		}
 	}
+	errs = append(errs, c.evalGuardErrors()...) // guard.go: never train on evaluation sets
 	if len(errs) > 0 {
 		return fmt.Errorf("data: config: %s", strings.Join(errs, "; "))
 	}

@@ -19,6 +19,7 @@ func dataCommand() *cli.Command {
 		Commands: []*cli.Command{
 			dataPrepareCommand(),
 			dataInspectCommand(),
+			dataDistillCommand(),
 		},
 	}
 }

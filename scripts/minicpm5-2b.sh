@@ -1,0 +1,522 @@
+#!/usr/bin/env bash
+# The MiniCPM5-2B recipe (docs/recipe.md): from the original checkpoint to a
+# served block-diffusion model, one resumable script.
+#
+#   1 convert    HF checkpoint -> dllm model (blocks of 32) and the AR teacher (blocks of 1)
+#   2 distill    the original model answers public prompts with its reasoning (dllm data distill)
+#   3 prepare    the stage-1 (continued pretraining) and stage-2 (SFT) data (dllm data prepare)
+#   4 train 1    block diffusion, block size warmed up 1 -> 32, ~1.05B tokens
+#   5 train 2    chat/reasoning SFT with <think> traces at blocks of 32, ~197M tokens
+#   6 export     the servable model directory
+#   7 eval       quick check on a dev set (dllm data synth's held-out split, never a
+#                benchmark split) against the AR original through the HTTP API
+#   8 serve      ./serve.sh on the result
+#
+# Every stage prints its expected duration, skips itself when its output is
+# complete (convert: dllm.json; distill: a .done marker; prepare: manifest.json
+# "complete": true; train: the final model-step-N/dllm.json; export: dllm.json;
+# eval: diffusion.json) and resumes after an interruption (train --resume,
+# prepare and distill continue by themselves): rerun the same command.
+#
+# Usage:
+#   scripts/minicpm5-2b.sh --from HF_DIR --teacher URL [--budget-hours H] [options]
+#   scripts/minicpm5-2b.sh --rehearsal [--fresh]   # every stage on the tiny test model, CPU, 1-2 min
+#   scripts/minicpm5-2b.sh --dry-run [...]          # print the plan and run nothing
+#
+# Options:
+#   --from DIR           the MiniCPM5-2B checkpoint, Hugging Face layout ($MINICPM5_DIR)
+#   --out DIR            work directory (out; the rehearsal uses out/rehearsal)
+#   --budget-hours H     wall-clock hours for the two training stages together: scales
+#                        their steps, warm-ups, data budgets and the prompts to distill
+#                        (keep it the same when resuming)
+#   --train-tps N        measured stage-1 training tokens/s (scripts/gpu-train.sh); the
+#                        default is docs/training.md's FLOPs projection: 4,700 (40% MFU, H100)
+#   --teacher URL        an OpenAI-compatible server of the ORIGINAL checkpoint for
+#                        distillation (vLLM or SGLang serving HF_DIR)
+#   --teacher-tps N      its generated tokens/s, all requests together (default: 20,000
+#                        for --teacher, an unmeasured assumption; 35 for --local-teacher)
+#   --local-teacher      distill from dllm serve on the checkpoint with blocks of 1 (AR
+#                        decoding; one request at a time: only for small prompt counts)
+#   --distill-prompts N  prompts to distill in all (default: from the budget; 0: skip)
+#   --eval-tasks FILE    the dev set for dllm eval (default: a dllm data synth held-out set)
+#   --no-serve           stop after the evaluation
+#   --port N             serve.sh's port (8000)
+#   --fresh              rehearsal only: delete the work directory first
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+
+say() { echo "minicpm5-2b: $*" >&2; }
+die() {
+	say "error: $*"
+	exit 1
+}
+need() { [ "$#" -ge 2 ] || die "$1 needs a value"; }
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+
+FROM=${MINICPM5_DIR:-}
+OUT=
+BUDGET=
+TRAIN_TPS=
+TRAIN_TPS_GIVEN=
+TEACHER_URL=
+TEACHER_TPS=
+LOCAL_TEACHER=0
+DISTILL_N=
+EVAL_TASKS=
+SERVE=1
+PORT=8000
+DRY=0
+REHEARSAL=0
+FRESH=0
+while [ "$#" -gt 0 ]; do
+	case "$1" in
+	--from) need "$@"; FROM=$2; shift 2 ;;
+	--out) need "$@"; OUT=$2; shift 2 ;;
+	--budget-hours) need "$@"; BUDGET=$2; shift 2 ;;
+	--train-tps) need "$@"; TRAIN_TPS=$2; TRAIN_TPS_GIVEN=1; shift 2 ;;
+	--teacher) need "$@"; TEACHER_URL=$2; shift 2 ;;
+	--teacher-tps) need "$@"; TEACHER_TPS=$2; shift 2 ;;
+	--local-teacher) LOCAL_TEACHER=1; shift ;;
+	--distill-prompts) need "$@"; DISTILL_N=$2; shift 2 ;;
+	--eval-tasks) need "$@"; EVAL_TASKS=$2; shift 2 ;;
+	--no-serve) SERVE=0; shift ;;
+	--port) need "$@"; PORT=$2; shift 2 ;;
+	--dry-run) DRY=1; shift ;;
+	--rehearsal) REHEARSAL=1; shift ;;
+	--fresh) FRESH=1; shift ;;
+	-h | --help) usage; exit 0 ;;
+	*) die "unknown option $1 (see --help)" ;;
+	esac
+done
+isnum() { [[ $1 =~ ^[0-9]+([.][0-9]+)?$ ]]; }
+for v in "$BUDGET" "$TRAIN_TPS" "$TEACHER_TPS" "$DISTILL_N" "$PORT"; do
+	[ -z "$v" ] || isnum "$v" || die "'$v' is not a number"
+done
+[ -z "$BUDGET" ] || awk -v b="$BUDGET" 'BEGIN{exit !(b > 0)}' || die "--budget-hours must be > 0"
+[ -z "$TEACHER_URL" ] || [ "$LOCAL_TEACHER" = 0 ] || die "--teacher and --local-teacher exclude each other"
+
+# --- the plan ----------------------------------------------------------------
+# Figures the durations are computed from. Training: docs/training.md projects
+# 3.4e14 FLOPs per 4096-token sequence (8.3e10 per token) for stage 1 and
+# 1.18e11 per token at stage 2's 8192 (attention grows with the length), so
+# stage 2 runs at 0.70 of stage 1's tokens/s. Not yet measured on the GPU.
+AVG_ANSWER=3000  # tokens per distilled answer, reasoning included (assumed)
+TOKENIZE_MBS=24  # data prepare, MB/s per core (docs/benchmarks.md: 23-26 warm)
+BYTES_PER_TOKEN=3.2
+if [ "$REHEARSAL" = 1 ]; then
+	OUT=${OUT:-out/rehearsal}
+	FROM=testdata/tiny-llama
+	DEVICE=cpu DTYPE=f32
+	BLOCK=4
+	STEPS1=60 TOKS1=512 SEQ1=64 HOLD1=16 WARM1=6 CKPT1=20
+	STEPS2=30 TOKS2=512 SEQ2=64 HOLD2=16 WARM2=3 CKPT2=10
+	SIZES1=(1 2 4) FRACS1=(0 0.15 0.3)
+	TRAIN_TPS=${TRAIN_TPS:-3000}  # the tiny model on a 2-core CPU (docs/training.md)
+	TEACHER_TPS=${TEACHER_TPS:-100}
+	DISTILL_N=${DISTILL_N:-12}
+	DISTILL_MAX_TOKENS=24 DISTILL_CONCURRENCY=2 DISTILL_DROP=
+	AVG_ANSWER=24
+	DISTILL_SPECS=("synth|$OUT/synth/train.jsonl|messages|100")
+	EVAL_ITEMS=2 EVAL_MAX_TOKENS=48
+	LOCAL_TEACHER=1
+else
+	OUT=${OUT:-out}
+	DEVICE=cuda DTYPE=bf16
+	BLOCK=32
+	# configs/train/minicpm5-2b-block.yaml and minicpm5-2b-sft.yaml.
+	STEPS1=16000 TOKS1=65536 SEQ1=4096 HOLD1=64 WARM1=300 CKPT1=500
+	STEPS2=3000 TOKS2=65536 SEQ2=8192 HOLD2=32 WARM2=100 CKPT2=250
+	SIZES1=(1 4 8 16 32) FRACS1=(0 0.025 0.05 0.075 0.1)
+	TRAIN_TPS=${TRAIN_TPS:-4700}
+	if [ -n "$TEACHER_URL" ]; then TEACHER_TPS=${TEACHER_TPS:-20000}; else TEACHER_TPS=${TEACHER_TPS:-35}; fi
+	# Room for the prompt inside stage 2's 8192-token sequences.
+	DISTILL_MAX_TOKENS=7680 DISTILL_CONCURRENCY=64 DISTILL_DROP=--drop-truncated
+	[ "$LOCAL_TEACHER" = 1 ] && DISTILL_CONCURRENCY=2
+	# name|prompts (file or glob)|field|share of the prompts in percent.
+	# Training splits only; the guard refuses anything else (docs/recipe.md).
+	DISTILL_SPECS=(
+		"numina|corpora/AI-MO/NuminaMath-CoT/data/train-*.parquet|messages|50"
+		"openthoughts|corpora/open-thoughts/OpenThoughts3-1.2M/data/*.parquet|conversations|50"
+	)
+	EVAL_ITEMS=10 EVAL_MAX_TOKENS=2048
+fi
+TPS2=$(awk -v t="$TRAIN_TPS" -v r="$REHEARSAL" 'BEGIN{printf "%d", (r == 1 ? t : t * 0.70)}')
+full_secs=$(awk -v s1="$STEPS1" -v t1="$TOKS1" -v s2="$STEPS2" -v t2="$TOKS2" -v a="$TRAIN_TPS" -v b="$TPS2" \
+	'BEGIN{printf "%.0f", s1 * t1 / a + s2 * t2 / b}')
+SCALED=0
+if [ -n "$BUDGET" ]; then
+	# One factor for both stages, so their ratio (and the warm-up's share of
+	# stage 1) stays as designed.
+	f=$(awk -v h="$BUDGET" -v s="$full_secs" 'BEGIN{printf "%.6f", h * 3600 / s}')
+	scale() { awk -v n="$1" -v f="$f" -v lo="$2" 'BEGIN{v = int(n * f + 0.5); printf "%d", (v < lo ? lo : v)}'; }
+	STEPS1=$(scale "$STEPS1" 20) STEPS2=$(scale "$STEPS2" 10)
+	WARM1=$(scale "$WARM1" 1) WARM2=$(scale "$WARM2" 1)
+	CKPT1=$(awk -v c="$CKPT1" -v s="$STEPS1" 'BEGIN{v = int(s / 10); if (v < 5) v = 5; printf "%d", (v < c ? v : c)}')
+	CKPT2=$(awk -v c="$CKPT2" -v s="$STEPS2" 'BEGIN{v = int(s / 10); if (v < 5) v = 5; printf "%d", (v < c ? v : c)}')
+	SCALED=1
+fi
+TRAIN_TOKENS1=$((STEPS1 * TOKS1)) TRAIN_TOKENS2=$((STEPS2 * TOKS2))
+# Prepared tokens: what training reads, the held-out sequences, 2% spare.
+DATA1=$(awk -v a="$TRAIN_TOKENS1" -v h="$HOLD1" -v s="$SEQ1" 'BEGIN{printf "%.0f", (a + h * s) * 1.02}')
+DATA2=$(awk -v a="$TRAIN_TOKENS2" -v h="$HOLD2" -v s="$SEQ2" 'BEGIN{printf "%.0f", (a + h * s) * 1.02}')
+# Distilled answers: 15% of stage 1's tokens and 60% of stage 2's
+# (configs/data/minicpm5-2b-*.yaml).
+if [ -z "$DISTILL_N" ]; then
+	DISTILL_N=$(awk -v a="$TRAIN_TOKENS1" -v b="$TRAIN_TOKENS2" -v n="$AVG_ANSWER" 'BEGIN{printf "%d", (0.15 * a + 0.6 * b) / n}')
+fi
+# block_schedule for stage 1: the warm-up at the same fractions of the run.
+# SCHED1 is for people; SCHED1_YAML, a block sequence without commas, for
+# --set (which splits its values at commas).
+SCHED1=$(awk -v s="$STEPS1" -v sizes="${SIZES1[*]}" -v fracs="${FRACS1[*]}" 'BEGIN{
+	n = split(sizes, z, " "); split(fracs, q, " "); prev = -1; out = ""
+	for (i = 1; i <= n; i++) { st = int(q[i] * s + 0.5); if (st <= prev) st = prev + 1; prev = st
+		out = out (i > 1 ? ", " : "") st ":" z[i] }
+	printf "%s", out }')
+SCHED1_YAML=$(echo "$SCHED1" | tr -d ' ' | tr ',' '\n' | awk -F: '{printf "\n- step: %s\n  size: %s", $1, $2}')
+
+AR=$OUT/minicpm5-2b-ar
+DLLM=$OUT/minicpm5-2b-dllm
+DISTILL=$OUT/minicpm5-2b-distill
+CPT_DATA=$OUT/minicpm5-2b-cpt-data
+SFT_DATA=$OUT/minicpm5-2b-sft-data
+RUN1=$OUT/minicpm5-2b-block
+RUN2=$OUT/minicpm5-2b-sft
+FINAL=$OUT/minicpm5-2b-final
+EVAL=$OUT/minicpm5-2b-eval
+CONFIGS=$OUT/configs
+LOGS=$OUT/logs
+step_dir() { printf '%s/model-step-%07d' "$1" "$2"; }
+EXPORT1=$(step_dir "$RUN1" "$STEPS1")
+EXPORT2=$(step_dir "$RUN2" "$STEPS2")
+
+BIN=$ROOT/bin/dllm
+export DLLM_TORCH_LIB=${DLLM_TORCH_LIB:-$ROOT/bin/libdllmtorch.so}
+dur() { awk -v s="$1" 'BEGIN{ if (s < 90) printf "%.0f s", s; else if (s < 5400) printf "%.0f min", s / 60; else if (s < 172800) printf "%.1f h", s / 3600; else printf "%.1f days", s / 86400 }'; }
+commas() { awk -v n="$1" 'BEGIN{ s = sprintf("%.0f", n); o = ""; while (length(s) > 3) { o = "," substr(s, length(s) - 2) o; s = substr(s, 1, length(s) - 3) } printf "%s%s", s, o }'; }
+secs_for() { awk -v t="$1" -v r="$2" 'BEGIN{printf "%.0f", t / r}'; }
+
+STAGE=0
+declare -A SECS
+T_STAGE=0
+header() { # title, expected
+	STAGE=$((STAGE + 1))
+	echo >&2
+	say "== [$STAGE/8] $1"
+	say "   expected: $2"
+	T_STAGE=$(date +%s)
+}
+finish() { SECS[$1]=$(($(date +%s) - T_STAGE)); }
+skip() {
+	say "   done already ($1): skipped"
+	SECS[$2]=0
+}
+run() { # print, and run unless --dry-run
+	printf '   $' >&2
+	printf ' %q' "$@" >&2
+	echo >&2
+	[ "$DRY" = 1 ] || "$@"
+}
+
+# --- servers (teacher, evaluation) -------------------------------------------
+SERVER_PID=
+stop_server() {
+	if [ -n "$SERVER_PID" ]; then
+		kill "$SERVER_PID" 2>/dev/null || true
+		wait "$SERVER_PID" 2>/dev/null || true
+		SERVER_PID=
+	fi
+}
+trap stop_server EXIT
+free_port() { # a free loopback port (the default one when python3 is missing)
+	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null || echo "$1"
+}
+start_server() { # name model port: dllm serve on loopback, waits for /health
+	local name=$1 model=$2 port=$3
+	local cmd=("$BIN" serve --model "$model" --host 127.0.0.1 --port "$port" --device "$DEVICE" --dtype "$DTYPE" --served-model-name "$name")
+	printf '   $' >&2
+	printf ' %q' "${cmd[@]}" >&2
+	echo " &" >&2
+	[ "$DRY" = 1 ] && return
+	"${cmd[@]}" >"$LOGS/$name-serve.log" 2>&1 &
+	SERVER_PID=$!
+	local i
+	for i in $(seq 3000); do
+		curl -sf --noproxy '*' -o /dev/null "http://127.0.0.1:$port/health" && return
+		kill -0 "$SERVER_PID" 2>/dev/null || {
+			tail -n 20 "$LOGS/$name-serve.log" >&2
+			die "the $name server stopped (log: $LOGS/$name-serve.log)"
+		}
+		sleep 0.2
+	done
+	die "the $name server was not ready after 600 s (log: $LOGS/$name-serve.log)"
+}
+
+# --- start -------------------------------------------------------------------
+if [ "$REHEARSAL" = 1 ] && [ "$FRESH" = 1 ] && [ "$DRY" = 0 ]; then
+	case "$OUT" in out/*) rm -rf "$OUT" ;; *) die "--fresh deletes only directories under out/, not $OUT" ;; esac
+fi
+[ "$DRY" = 0 ] || FROM=${FROM:-HF_DIR}
+if [ "$DRY" = 0 ]; then
+	[ -n "$FROM" ] || die "--from HF_DIR is required (the MiniCPM5-2B checkpoint), or --rehearsal"
+	[ -f "$FROM/config.json" ] || die "$FROM has no config.json: not a Hugging Face checkpoint"
+	mkdir -p "$OUT" "$CONFIGS" "$LOGS"
+	# The stages need the distill and eval commands: rebuild an older binary.
+	if ! { "$BIN" data distill --help && "$BIN" eval --help; } >/dev/null 2>&1; then
+		say "building bin/dllm (make dllm)"
+		make --no-print-directory dllm >&2
+	fi
+	if [ ! -e "$DLLM_TORCH_LIB" ]; then
+		# The CPU shim would train nothing on the GPU: that one is built
+		# against the PyTorch wheel (docs/gpu.md; ./serve.sh does it too).
+		[ "$REHEARSAL" = 1 ] || die "$DLLM_TORCH_LIB is missing: build the CUDA shim first (docs/gpu.md: make shim TORCH=...)"
+		say "building the libtorch shim (make shim)"
+		make --no-print-directory shim >&2
+	fi
+fi
+say "plan: $([ "$REHEARSAL" = 1 ] && echo "REHEARSAL on the tiny test model, CPU" || echo "MiniCPM5-2B from ${FROM:-HF_DIR}, GPU") -> $OUT"
+say "  stage 1: $(commas "$STEPS1") steps x $(commas "$TOKS1") tokens = $(commas "$TRAIN_TOKENS1") tokens, blocks (step:size) $SCHED1"
+say "  stage 2: $(commas "$STEPS2") steps x $(commas "$TOKS2") tokens = $(commas "$TRAIN_TOKENS2") tokens, blocks of $BLOCK"
+say "  training speed: $(commas "$TRAIN_TPS") tok/s stage 1, $(commas "$TPS2") tok/s stage 2$([ -z "${TRAIN_TPS_GIVEN:-}" ] && [ "$REHEARSAL" = 0 ] && echo " (FLOPs projection at 40% MFU, NOT measured: pass --train-tps)")"
+if [ "$SCALED" = 1 ]; then
+	say "  --budget-hours $BUDGET scales the full recipe ($(dur "$full_secs") of training) by $f"
+fi
+say "  training total: $(dur "$(awk -v a="$TRAIN_TOKENS1" -v b="$TRAIN_TOKENS2" -v x="$TRAIN_TPS" -v y="$TPS2" 'BEGIN{printf "%.0f", a / x + b / y}')")"
+
+# --- 1. convert --------------------------------------------------------------
+header "convert $FROM" "$([ "$REHEARSAL" = 1 ] && echo "~1 s" || echo "~10 s: hard links plus a sha256 of the 5 GB checkpoint, twice (6.6 s each on the H200 machine)")"
+if [ -f "$DLLM/dllm.json" ] && [ -f "$AR/dllm.json" ]; then
+	skip "$DLLM/dllm.json, $AR/dllm.json" convert
+else
+	preset=()
+	[ "$REHEARSAL" = 1 ] || preset=(--preset configs/minicpm5-2b.yaml)
+	# The diffusion model to train, and the AR original as a dllm model with
+	# blocks of 1 (decoding it is plain greedy/sampled AR): the distillation
+	# teacher and the evaluation baseline. Both hard-link the same weights.
+	[ -f "$DLLM/dllm.json" ] || run "$BIN" convert --from "$FROM" --out "$DLLM" ${preset[@]+"${preset[@]}"} --block-size "$BLOCK"
+	[ -f "$AR/dllm.json" ] || run "$BIN" convert --from "$FROM" --out "$AR" ${preset[@]+"${preset[@]}"} --block-size 1
+	finish convert
+fi
+
+# --- 2. distill --------------------------------------------------------------
+if [ "$REHEARSAL" = 1 ] && [ "$DRY" = 0 ] && [ ! -f "$OUT/synth/tasks.json" ]; then
+	# The rehearsal's prompts and dev set: exact-answer tasks (docs/proxy.md).
+	"$BIN" data synth --out "$OUT/synth" --train 100 --heldout 10 --seed 0 >"$LOGS/synth.log"
+fi
+header "distill $(commas "$DISTILL_N") prompts with the original model" \
+	"$(commas "$DISTILL_N") x ~$AVG_ANSWER tokens / $(commas "$TEACHER_TPS") tok/s = $(dur "$(secs_for "$((DISTILL_N * AVG_ANSWER))" "$TEACHER_TPS")")$([ -z "$TEACHER_URL" ] && [ "$REHEARSAL" = 0 ] && echo " with dllm serve (measured 35 tok/s, one stream)")"
+[ "$DRY" = 1 ] || mkdir -p "$DISTILL"
+todo=()
+for spec in "${DISTILL_SPECS[@]}"; do
+	IFS='|' read -r name _ _ _ <<<"$spec"
+	[ -f "$DISTILL/$name.done" ] || todo+=("$spec")
+done
+if [ "$DISTILL_N" = 0 ]; then
+	say "   --distill-prompts 0: no distillation; the configs' distilled sources stay empty"
+	[ "$DRY" = 1 ] || : >"$DISTILL/none.distilled.jsonl"
+	SECS[distill]=0
+elif [ "${#todo[@]}" = 0 ]; then
+	skip "$DISTILL/*.done" distill
+else
+	if [ -z "$TEACHER_URL" ] && [ "$LOCAL_TEACHER" = 0 ]; then
+		msg="distillation needs a teacher: --teacher URL (vLLM or SGLang serving $FROM; see docs/recipe.md), or --local-teacher for dllm serve (projected $(dur "$(secs_for "$((DISTILL_N * AVG_ANSWER))" 35)") for $(commas "$DISTILL_N") prompts), or --distill-prompts 0"
+		[ "$DRY" = 1 ] || die "$msg"
+		say "   (a real run stops here) $msg"
+		TEACHER_URL=TEACHER_URL
+	fi
+	url=$TEACHER_URL
+	if [ -z "$url" ]; then
+		tport=$(free_port 18610)
+		start_server teacher "$AR" "$tport"
+		url=http://127.0.0.1:$tport
+	fi
+	for spec in "${todo[@]}"; do
+		IFS='|' read -r name prompts field share <<<"$spec"
+		limit=$(awk -v n="$DISTILL_N" -v s="$share" 'BEGIN{v = int(n * s / 100); printf "%d", (v < 1 ? 1 : v)}')
+		if [ "$DRY" = 0 ] && ! compgen -G "$prompts" >/dev/null; then
+			die "no prompts at $prompts: download the training split first (docs/recipe.md)"
+		fi
+		drop=()
+		[ -n "$DISTILL_DROP" ] && drop=("$DISTILL_DROP")
+		run "$BIN" data distill --teacher "$url" --prompts "$prompts" --prompt-field "$field" --limit "$limit" \
+			--out "$DISTILL/$name.distilled.jsonl" --concurrency "$DISTILL_CONCURRENCY" --max-tokens "$DISTILL_MAX_TOKENS" \
+			--temperature 0.6 --top-p 0.95 ${drop[@]+"${drop[@]}"}
+		[ "$DRY" = 1 ] || date -u +%FT%TZ >"$DISTILL/$name.done"
+	done
+	stop_server
+	finish distill
+fi
+
+# --- 3. prepare --------------------------------------------------------------
+write_configs() {
+	if [ "$REHEARSAL" = 0 ]; then
+		# The repository's configs, pointed at this work directory.
+		sed "s#\bout/minicpm5-2b#$OUT/minicpm5-2b#g" configs/data/minicpm5-2b-cpt.yaml >"$CONFIGS/cpt-data.yaml"
+		sed "s#\bout/minicpm5-2b#$OUT/minicpm5-2b#g" configs/data/minicpm5-2b-sft.yaml >"$CONFIGS/sft-data.yaml"
+		return
+	fi
+	# The same two mixtures in miniature: the tiny corpus for text, the
+	# synthetic chats and the distilled answers for chat.
+	cat >"$CONFIGS/cpt-data.yaml" <<EOF
+tokenizer: $DLLM
+out: $CPT_DATA
+seq_len: $SEQ1
+shard_tokens: 4096
+separator: ""
+chat: {enable_thinking: true}
+sources:
+  - {name: web, kind: text, paths: [testdata/corpus/tiny.jsonl], weight: 0.7}
+  - {name: sft-replay, kind: chat, paths: [$OUT/synth/train.jsonl], weight: 0.15}
+  - {name: distilled, kind: chat, paths: ["$DISTILL/*.distilled.jsonl"], weight: 0.15}
+EOF
+	cat >"$CONFIGS/sft-data.yaml" <<EOF
+tokenizer: $DLLM
+out: $SFT_DATA
+seq_len: $SEQ2
+shard_tokens: 4096
+separator: ""
+chat: {enable_thinking: true}
+sources:
+  - {name: distilled, kind: chat, paths: ["$DISTILL/*.distilled.jsonl"], weight: 0.6}
+  - {name: synth, kind: chat, paths: [$OUT/synth/train.jsonl], weight: 0.4}
+EOF
+}
+prepared() { grep -q '"complete": *true' "$1/manifest.json" 2>/dev/null; }
+header "prepare the stage-1 and stage-2 data" \
+	"$(commas "$((DATA1 + DATA2))") tokens at ~$TOKENIZE_MBS MB/s per core x $(nproc) cores = $(dur "$(awk -v t="$((DATA1 + DATA2))" -v b="$BYTES_PER_TOKEN" -v m="$TOKENIZE_MBS" -v c="$(nproc)" 'BEGIN{printf "%.0f", t * b / (m * 1e6 * c)}')") plus reading the corpora"
+if prepared "$CPT_DATA" && prepared "$SFT_DATA"; then
+	skip "manifest.json complete" prepare
+else
+	[ "$DRY" = 1 ] || write_configs
+	total1=() total2=()
+	# A budget fixes how much is prepared; without one the configs say.
+	if [ "$SCALED" = 1 ] || [ "$REHEARSAL" = 1 ]; then total1=(--total-tokens "$DATA1") total2=(--total-tokens "$DATA2"); fi
+	prepared "$CPT_DATA" || run "$BIN" data prepare --config "$CONFIGS/cpt-data.yaml" --tokenizer "$DLLM" --out "$CPT_DATA" ${total1[@]+"${total1[@]}"}
+	prepared "$SFT_DATA" || run "$BIN" data prepare --config "$CONFIGS/sft-data.yaml" --tokenizer "$DLLM" --out "$SFT_DATA" ${total2[@]+"${total2[@]}"}
+	finish prepare
+fi
+
+# --- 4, 5. train -------------------------------------------------------------
+train_args() { # stage -> the dllm train arguments
+	if [ "$1" = 1 ]; then
+		if [ "$REHEARSAL" = 1 ]; then
+			echo --config configs/train/tiny-cpu.yaml
+		else
+			echo --config configs/train/minicpm5-2b-block.yaml
+		fi
+	else
+		if [ "$REHEARSAL" = 1 ]; then
+			echo --config configs/train/tiny-cpu.yaml --lr 1e-3 --set min_lr=1e-4
+		else
+			echo --config configs/train/minicpm5-2b-sft.yaml
+		fi
+	fi
+}
+header "train stage 1: block diffusion, blocks (step:size) $SCHED1" \
+	"$(commas "$TRAIN_TOKENS1") tokens / $(commas "$TRAIN_TPS") tok/s = $(dur "$(secs_for "$TRAIN_TOKENS1" "$TRAIN_TPS")")"
+if [ -f "$EXPORT1/dllm.json" ]; then
+	skip "$EXPORT1/dllm.json" train1
+else
+	read -ra base <<<"$(train_args 1)"
+	extra=()
+	if [ "$SCALED" = 1 ] || [ "$REHEARSAL" = 1 ]; then
+		extra=(--steps "$STEPS1" --set "warmup_steps=$WARM1" --set "block_schedule=$SCHED1_YAML"
+			--set "checkpoint_every=$CKPT1" --set "eval_every=$CKPT1" --set sample_every=0)
+	fi
+	# Stage 2 starts from this export: float32, so no precision is lost
+	# between the stages.
+	run "$BIN" train "${base[@]}" --model "$DLLM" --data "$CPT_DATA" --out "$RUN1" --resume \
+		--set export_dtype=f32 ${extra[@]+"${extra[@]}"}
+	[ "$DRY" = 1 ] || [ -f "$EXPORT1/dllm.json" ] || die "stage 1 ended without $EXPORT1"
+	finish train1
+fi
+
+header "train stage 2: chat/reasoning SFT with <think> traces, blocks of $BLOCK" \
+	"$(commas "$TRAIN_TOKENS2") tokens / $(commas "$TPS2") tok/s = $(dur "$(secs_for "$TRAIN_TOKENS2" "$TPS2")")"
+if [ -f "$EXPORT2/dllm.json" ]; then
+	skip "$EXPORT2/dllm.json" train2
+else
+	read -ra base <<<"$(train_args 2)"
+	extra=()
+	if [ "$SCALED" = 1 ] || [ "$REHEARSAL" = 1 ]; then
+		extra=(--steps "$STEPS2" --set "warmup_steps=$WARM2" --set "checkpoint_every=$CKPT2" --set "eval_every=$CKPT2" --set sample_every=0)
+	fi
+	run "$BIN" train "${base[@]}" --model "$EXPORT1" --data "$SFT_DATA" --out "$RUN2" --resume \
+		--block-size "$BLOCK" ${extra[@]+"${extra[@]}"}
+	[ "$DRY" = 1 ] || [ -f "$EXPORT2/dllm.json" ] || die "stage 2 ended without $EXPORT2"
+	finish train2
+fi
+
+# --- 6. export ---------------------------------------------------------------
+header "export $FINAL" "$([ "$REHEARSAL" = 1 ] && echo "~1 s" || echo "~1 min: 10 GB of float32 masters read, 5 GB of bf16 written")"
+if [ -f "$FINAL/dllm.json" ]; then
+	skip "$FINAL/dllm.json" export
+else
+	run "$BIN" export --checkpoint "$RUN2" --out "$FINAL" --dtype "$DTYPE"
+	finish export
+fi
+
+# --- 7. eval -----------------------------------------------------------------
+if [ -z "$EVAL_TASKS" ]; then
+	EVAL_TASKS=$([ "$REHEARSAL" = 1 ] && echo "$OUT/synth/heldout.jsonl" || echo "$EVAL/synth/heldout.jsonl")
+fi
+# Two models x 4 tasks x items x about half the cap, at the AR floor of 35 tok/s.
+eval_secs=$(awk -v n="$EVAL_ITEMS" -v m="$EVAL_MAX_TOKENS" 'BEGIN{printf "%.0f", 2 * 4 * n * m / 2 / 35}')
+header "quick eval on $EVAL_TASKS (AR original vs diffusion model)" \
+	"$([ "$REHEARSAL" = 1 ] && echo "~20 s" || echo "<= $(dur "$eval_secs"): 2 models x 4 tasks x $EVAL_ITEMS items x ~$((EVAL_MAX_TOKENS / 2)) tokens at >= 35 tok/s")"
+if [ -f "$EVAL/diffusion.json" ]; then
+	skip "$EVAL/diffusion.json" eval
+else
+	[ "$DRY" = 1 ] || mkdir -p "$EVAL"
+	if [ "$REHEARSAL" = 0 ] && [ ! -f "$EVAL_TASKS" ]; then
+		# Exact-answer reasoning tasks generated here: a dev set that is no
+		# benchmark's split (docs/proxy.md).
+		run "$BIN" data synth --out "$EVAL/synth" --train 0 --heldout "$EVAL_ITEMS" --seed 11
+	fi
+	eport=$(free_port 18620)
+	eval_args=(--tasks "$EVAL_TASKS" --concurrency 1 --max-tokens "$EVAL_MAX_TOKENS" --temperature 0 --limit "$EVAL_ITEMS")
+	if [ ! -f "$EVAL/ar.json" ]; then
+		start_server ar "$AR" "$eport"
+		run "$BIN" eval --server "http://127.0.0.1:$eport" "${eval_args[@]}" --out "$EVAL/ar.json.tmp"
+		[ "$DRY" = 1 ] || mv "$EVAL/ar.json.tmp" "$EVAL/ar.json"
+		stop_server
+	fi
+	start_server diffusion "$FINAL" "$eport"
+	run "$BIN" eval --server "http://127.0.0.1:$eport" "${eval_args[@]}" --baseline "$EVAL/ar.json" --out "$EVAL/diffusion.json.tmp"
+	[ "$DRY" = 1 ] || mv "$EVAL/diffusion.json.tmp" "$EVAL/diffusion.json"
+	stop_server
+	finish eval
+fi
+
+# --- 8. serve ----------------------------------------------------------------
+if [ "$DRY" = 0 ]; then
+	echo >&2
+	say "wall time per stage (0: skipped):"
+	for s in convert distill prepare train1 train2 export eval; do
+		say "  $(printf '%-8s' "$s") ${SECS[$s]:-0} s"
+	done
+fi
+header "serve $FINAL" "ready in < 30 s (4.9 s measured on the H200 machine)"
+if [ "$DRY" = 1 ]; then
+	printf '   $ ./serve.sh --model %q --port %q\n' "$FINAL" "$PORT" >&2
+elif [ "$REHEARSAL" = 1 ]; then
+	# Start it, ask one question, stop: the rehearsal must end.
+	sport=$(free_port 18630)
+	./serve.sh --model "$FINAL" --host 127.0.0.1 --port "$sport" --device cpu --dtype f32 >"$LOGS/serve.sh.log" 2>&1 &
+	SERVER_PID=$!
+	for _ in $(seq 600); do
+		curl -sf --noproxy '*' -o /dev/null "http://127.0.0.1:$sport/health" && break
+		kill -0 "$SERVER_PID" 2>/dev/null || die "serve.sh stopped (log: $LOGS/serve.sh.log)"
+		sleep 0.2
+	done
+	answer=$(curl -sf --noproxy '*' "http://127.0.0.1:$sport/v1/chat/completions" -H 'Content-Type: application/json' \
+		-d '{"messages":[{"role":"user","content":"What is 19+30?"}],"max_tokens":16}') || die "serve.sh did not answer"
+	say "   serve.sh answered: $answer"
+	stop_server
+	say "rehearsal complete: every stage ran on the tiny model"
+elif [ "$SERVE" = 1 ]; then
+	trap - EXIT
+	exec ./serve.sh --model "$FINAL" --port "$PORT"
+else
+	say "done: ./serve.sh --model $FINAL"
+fi
