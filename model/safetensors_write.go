@@ -70,26 +70,26 @@ func WriteSafetensors(path string, tensors []TensorData, metadata map[string]str
 		t := &tensors[i]
 		if t.Stream == nil {
 			if _, err := w.Write(t.Data); err != nil {
-				return fail("%v", err)
+				return fail("%w", err)
 			}
 			continue
 		}
 		cw := &exactWriter{w: w, left: sizes[i]}
 		if err := t.Stream(cw); err != nil {
-			return fail("tensor %q: %v", t.Name, err)
+			return fail("tensor %q: %w", t.Name, err)
 		}
 		if cw.left != 0 {
 			return fail("tensor %q: stream wrote %d bytes, want %d", t.Name, sizes[i]-cw.left, sizes[i])
 		}
 	}
 	if err := w.Flush(); err != nil {
-		return fail("%v", err)
+		return fail("%w", err)
 	}
 	if err := f.Sync(); err != nil {
-		return fail("%v", err)
+		return fail("%w", err)
 	}
 	if err := f.Close(); err != nil {
-		return fail("%v", err)
+		return fail("%w", err)
 	}
 	if err := os.Rename(tmp, path); err != nil {
 		return fmt.Errorf("safetensors: %w", err)

@@ -3,20 +3,36 @@ package serve
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"math"
 	"net/http"
 	"strings"
 	"time"
 )
 
 // usage counts tokens as OpenAI does; reasoning is part of completion_tokens.
+// DLLM is dllm's extension (clients ignore unknown fields): how many model
+// forwards the generation took, the figure behind diffusion's speed-up.
 type usage struct {
-	PromptTokens     int `json:"prompt_tokens"`
-	CompletionTokens int `json:"completion_tokens"`
-	TotalTokens      int `json:"total_tokens"`
+	PromptTokens     int        `json:"prompt_tokens"`
+	CompletionTokens int        `json:"completion_tokens"`
+	TotalTokens      int        `json:"total_tokens"`
+	DLLM             *dllmUsage `json:"dllm,omitempty"`
+}
+
+// dllmUsage is usage.dllm: steps are the forwards after the prefill
+// (denoising steps and commits, docs/sampler.md), tpf = completion tokens /
+// steps.
+type dllmUsage struct {
+	Steps int     `json:"steps"`
+	TPF   float64 `json:"tpf"`
 }
 
 func usageOf(o *outcome) *usage {
-	return &usage{o.promptTokens, o.completionTokens, o.promptTokens + o.completionTokens}
+	u := &usage{PromptTokens: o.promptTokens, CompletionTokens: o.completionTokens, TotalTokens: o.promptTokens + o.completionTokens}
+	if o.steps > 0 {
+		u.DLLM = &dllmUsage{Steps: o.steps, TPF: math.Round(100*float64(o.completionTokens)/float64(o.steps)) / 100}
+	}
+	return u
 }
 
 // chatCompletion is a whole (non-streamed) chat response.

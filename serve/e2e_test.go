@@ -55,8 +55,7 @@ func TestE2E(t *testing.T) {
 	go func() { npmInstall <- ensureNodeModules(ctx, e2eDir) }()
 
 	tmp := t.TempDir()
-	bin := filepath.Join(tmp, "dllm")
-	run(t, ctx, root, nil, "go", "build", "-o", bin, "./cmd/dllm")
+	bin := needBinary(t)
 	modelDir := filepath.Join(tmp, "tiny")
 	run(t, ctx, root, nil, bin, "convert", "--from", "testdata/tiny-llama", "--out", modelDir, "--block-size", "4", "--hash", "fast")
 

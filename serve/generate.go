@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 
 	"dllm/diffusion"
@@ -40,6 +41,7 @@ type outcome struct {
 	finish           string // "stop" or "length"
 	promptTokens     int
 	completionTokens int
+	steps            int // model forwards after the prefill (usage.dllm)
 }
 
 // run queues p, generates and hands the text to out. It holds the engine
@@ -56,6 +58,9 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, m *Model, p *genPar
 		st.err = "queue full"
 		out.fail(e)
 		return
+	}
+	if s.cfg.DebugStats {
+		w.Header().Set("X-Dllm-Queue-Seq", strconv.FormatUint(t.seq, 10))
 	}
 	ctx := r.Context()
 	if s.cfg.RequestTimeout > 0 {
@@ -74,6 +79,10 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, m *Model, p *genPar
 		return
 	}
 	defer s.queue.release()
+	if s.cfg.DebugStats {
+		// Only whole responses can still carry it: a stream's headers are out.
+		w.Header().Set("X-Dllm-Grant-Seq", strconv.FormatUint(t.grant, 10))
+	}
 	st.queued = time.Since(queuedAt)
 	s.active.Add(1)
 	defer s.active.Done()
@@ -123,7 +132,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, m *Model, p *genPar
 			return
 		}
 	}
-	o := &outcome{text: ts.String(), finish: res.FinishReason, promptTokens: len(p.prompt), completionTokens: len(res.IDs)}
+	o := &outcome{text: ts.String(), finish: res.FinishReason, promptTokens: len(p.prompt), completionTokens: len(res.IDs), steps: res.Steps}
 	if ts.stopped {
 		o.finish = "stop"
 	}

@@ -30,7 +30,11 @@ func Run(ctx context.Context, ln net.Listener, cfg Config, load Loader) error {
 	srv := &http.Server{
 		Handler:           s,
 		ReadHeaderTimeout: 30 * time.Second,
-		IdleTimeout:       5 * time.Minute,
+		// The whole request, body included (at most MaxBodyBytes): a client
+		// trickling its body must not hold a connection for ever. It does
+		// not limit responses: net/http lifts it once the body is read.
+		ReadTimeout: time.Minute,
+		IdleTimeout: 5 * time.Minute,
 		// No write timeout: a long reasoning stream may take many minutes.
 		BaseContext: func(net.Listener) context.Context { return base },
 		ErrorLog:    slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),

@@ -31,6 +31,18 @@ type recorder struct {
 	status int
 	bytes  int64
 	stats  *reqStats
+	// rc controls the underlying writer: each write may block for at most
+	// stall (Config.StallTimeout).
+	rc    *http.ResponseController
+	stall time.Duration
+}
+
+// armDeadline bounds the next write. Writers without deadlines (test
+// recorders) just go without.
+func (r *recorder) armDeadline() {
+	if r.rc != nil && r.stall > 0 {
+		r.rc.SetWriteDeadline(time.Now().Add(r.stall))
+	}
 }
 
 func (r *recorder) WriteHeader(code int) {
@@ -44,16 +56,27 @@ func (r *recorder) Write(b []byte) (int, error) {
 	if r.status == 0 {
 		r.status = http.StatusOK
 	}
+	r.armDeadline()
 	n, err := r.ResponseWriter.Write(b)
 	r.bytes += int64(n)
 	return n, err
 }
 
 // Flush lets streamed responses reach the client block by block.
-func (r *recorder) Flush() {
-	if f, ok := r.ResponseWriter.(http.Flusher); ok {
-		f.Flush()
+func (r *recorder) Flush() { r.FlushError() }
+
+// FlushError is Flush reporting failure (http.ResponseController prefers
+// it), so that a stream notices a client that is gone or stalled at once
+// rather than at some later write.
+func (r *recorder) FlushError() error {
+	r.armDeadline()
+	if r.rc == nil {
+		if f, ok := r.ResponseWriter.(http.Flusher); ok {
+			f.Flush()
+		}
+		return nil
 	}
+	return r.rc.Flush()
 }
 
 // Unwrap gives http.ResponseController the underlying writer.
@@ -96,6 +119,10 @@ func (s *Server) finish(rec *recorder, r *http.Request) {
 			rec.status = http.StatusInternalServerError
 		}
 	}
+	// net/http flushes the end of the response after the handler returns;
+	// that write is bounded too.
+	rec.armDeadline()
+	s.requests.Add(1)
 	status := rec.status
 	if status == 0 {
 		status = http.StatusOK

@@ -17,12 +17,18 @@ type queue struct {
 	busy    bool
 	waiting []*ticket
 	max     int
+	// arrivals and grants count tickets issued and turns handed out, so
+	// that tests under load can check the order (Config.DebugStats).
+	arrivals, grants uint64
 }
 
 // ticket is a place in the queue; granted is closed when its turn comes.
 type ticket struct {
 	q       *queue
 	granted chan struct{}
+	// seq is the ticket's arrival number (from 1); grant its turn's number,
+	// set before granted is closed.
+	seq, grant uint64
 }
 
 func newQueue(max int) *queue { return &queue{max: max} }
@@ -32,14 +38,15 @@ func newQueue(max int) *queue { return &queue{max: max} }
 func (q *queue) enqueue() (*ticket, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	t := &ticket{q: q, granted: make(chan struct{})}
+	if q.busy && len(q.waiting) >= q.max {
+		return nil, errQueueFull
+	}
+	q.arrivals++
+	t := &ticket{q: q, granted: make(chan struct{}), seq: q.arrivals}
 	if !q.busy {
 		q.busy = true
-		close(t.granted)
+		q.grantLocked(t)
 		return t, nil
-	}
-	if len(q.waiting) >= q.max {
-		return nil, errQueueFull
 	}
 	q.waiting = append(q.waiting, t)
 	return t, nil
@@ -83,7 +90,14 @@ func (q *queue) release() {
 	}
 	next := q.waiting[0]
 	q.waiting = q.waiting[1:]
-	close(next.granted)
+	q.grantLocked(next)
+}
+
+// grantLocked gives t its turn; q.mu is held.
+func (q *queue) grantLocked(t *ticket) {
+	q.grants++
+	t.grant = q.grants
+	close(t.granted)
 }
 
 // depth reports the running request (0 or 1) and the number waiting.

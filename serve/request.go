@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"strings"
+	"unicode/utf8"
 )
 
 // Limits on request fields; beyond them a request is a 400.
@@ -69,6 +71,9 @@ func (e *fieldError) Error() string { return e.msg }
 // decodeBody reads a JSON object into v. Unknown fields are ignored, as
 // OpenAI-compatible servers do, so clients may send options dllm lacks.
 func decodeBody(w http.ResponseWriter, r *http.Request, limit int64, v any) *apiError {
+	if e := checkContentType(r.Header.Get("Content-Type")); e != nil {
+		return e
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
 		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
@@ -84,6 +89,12 @@ func decodeBody(w http.ResponseWriter, r *http.Request, limit int64, v any) *api
 	if body[0] != '{' {
 		return badRequest("", "the request body must be a JSON object")
 	}
+	// JSON is UTF-8 (RFC 8259). encoding/json would quietly turn bad bytes
+	// into U+FFFD, so a client's encoding bug would surface as odd model
+	// input instead of an error.
+	if !utf8.Valid(body) {
+		return badRequest("", fmt.Sprintf("the request body is not valid UTF-8 (first bad byte at offset %d)", firstInvalidUTF8(body)))
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if err := dec.Decode(v); err != nil {
 		return jsonError(err)
@@ -92,6 +103,39 @@ func decodeBody(w http.ResponseWriter, r *http.Request, limit int64, v any) *api
 		return badRequest("", "invalid JSON: unexpected data after the top-level object")
 	}
 	return nil
+}
+
+// checkContentType accepts a body declared as JSON (application/json or
+// any */json or */*+json type) or not declared at all, as FastAPI and so
+// vLLM do. Other types are refused: they mean a client bug (curl -d sends
+// form encoding), and accepting text/plain or form bodies would let any web
+// page make a visitor's browser start generations on a local server
+// without a CORS preflight.
+func checkContentType(ct string) *apiError {
+	if strings.TrimSpace(ct) == "" {
+		return nil
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	if err == nil {
+		if _, sub, ok := strings.Cut(mt, "/"); ok && (sub == "json" || strings.HasSuffix(sub, "+json")) {
+			return nil
+		}
+	}
+	return newError(http.StatusUnsupportedMediaType, typeInvalidRequest, "unsupported_media_type",
+		fmt.Sprintf("Content-Type %q is not JSON; send the body as application/json", ct))
+}
+
+// firstInvalidUTF8 is the offset of the first byte of b that is not part
+// of a valid UTF-8 sequence.
+func firstInvalidUTF8(b []byte) int {
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n <= 1 {
+			return i
+		}
+		i += n
+	}
+	return len(b)
 }
 
 // jsonError turns a decoding error into a 400 that names the field.

@@ -30,11 +30,22 @@ type Config struct {
 	// ShutdownGrace is how long Run lets requests in flight finish after
 	// its context ends before cancelling them; 0 = DefaultShutdownGrace.
 	ShutdownGrace time.Duration
+	// StallTimeout is how long one write to a client may block (the client
+	// stopped reading but kept the connection open) before the client is
+	// treated as gone and its generation stopped; 0 = DefaultStallTimeout.
+	// Without it such a client would hold the model indefinitely: a blocked
+	// write does not see the request's context.
+	StallTimeout time.Duration
+	// DebugStats serves GET /debug/stats (goroutines, memory, open files,
+	// live tensors, queue) and marks responses with their queue order, for
+	// load tests looking for leaks and unfairness. Off by default.
+	DebugStats bool
 }
 
 // Defaults used when the Config leaves a field zero.
 const (
 	DefaultMaxBodyBytes     = 4 << 20
+	DefaultStallTimeout     = 60 * time.Second
 	DefaultChatMaxTokens    = 32768
 	completionMaxTokens     = 16 // OpenAI's and vLLM's default for /v1/completions
 	retryAfterLoadingSecs   = 5
@@ -53,6 +64,7 @@ type Server struct {
 	// shuttingDown tells a generation cancelled by shutdown from one whose
 	// client hung up.
 	shuttingDown atomic.Bool
+	requests     atomic.Uint64 // requests answered, for /debug/stats
 }
 
 // New returns a server that is loading (503) until SetModel.
@@ -69,6 +81,9 @@ func New(cfg Config) *Server {
 	if cfg.MaxQueue < 0 {
 		cfg.MaxQueue = 0
 	}
+	if cfg.StallTimeout <= 0 {
+		cfg.StallTimeout = DefaultStallTimeout
+	}
 	s := &Server{cfg: cfg, log: cfg.Logger, queue: newQueue(cfg.MaxQueue), created: time.Now().Unix()}
 	if s.log == nil {
 		s.log = slog.Default()
@@ -78,6 +93,9 @@ func New(cfg Config) *Server {
 		"/v1/models":           {"GET": s.handleModels},
 		"/v1/chat/completions": {"POST": s.handleChat},
 		"/v1/completions":      {"POST": s.handleCompletions},
+	}
+	if cfg.DebugStats {
+		s.routes["/debug/stats"] = map[string]http.HandlerFunc{"GET": s.handleDebugStats}
 	}
 	return s
 }
@@ -90,7 +108,10 @@ func (s *Server) Ready() bool { return s.model.Load() != nil }
 
 // ServeHTTP routes a request, logging it and turning a panic into a 500.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	rec := &recorder{ResponseWriter: w, start: time.Now()}
+	rec := &recorder{ResponseWriter: w, start: time.Now(), rc: http.NewResponseController(w), stall: s.cfg.StallTimeout}
+	// A keep-alive connection keeps the deadline its previous response
+	// left (see finish); this response sets its own as it writes.
+	rec.rc.SetWriteDeadline(time.Time{})
 	defer s.finish(rec, r)
 	path := r.URL.Path
 	methods, ok := s.routes[path]

@@ -92,7 +92,7 @@ func newChatTemplates(sources map[string]string) (*chatTemplates, error) {
 		if err != nil {
 			return nil, fmt.Errorf("chat template %q: %w", name, err)
 		}
-		tpl, err := exec.NewTemplate(name, cfg, shifted, chatEnv)
+		tpl, err := parseTemplate(name, cfg, shifted)
 		if err != nil {
 			// gonja wraps the parser error in a message quoting the whole
 			// template; the inner error has the position.
@@ -107,12 +107,29 @@ func newChatTemplates(sources map[string]string) (*chatTemplates, error) {
 	return c, nil
 }
 
+// parseTemplate is exec.NewTemplate with its panics (gonja has a few on
+// odd input) turned into errors.
+func parseTemplate(name string, cfg *config.Config, loader loaders.Loader) (tpl *exec.Template, err error) {
+	defer recoverTemplate(name, &err)
+	return exec.NewTemplate(name, cfg, loader, chatEnv)
+}
+
+// recoverTemplate turns a panic inside gonja, parsing or rendering (an
+// integer division by zero, for one), into the error of the call that hit
+// it, so that a bad template is an error, never a crash of the server or
+// of a data run.
+func recoverTemplate(name string, err *error) {
+	if p := recover(); p != nil {
+		*err = fmt.Errorf("tokenizer: chat template %q failed: %v", name, p)
+	}
+}
+
 // HasChatTemplate reports whether the checkpoint ships a chat template.
 func (t *Tokenizer) HasChatTemplate() bool { return len(t.chat.source) > 0 }
 
 // ApplyChatTemplate renders a conversation to the prompt text; encode it
 // with Encode (the template writes special tokens such as <|im_start|>).
-func (t *Tokenizer) ApplyChatTemplate(req ChatRequest) (string, error) {
+func (t *Tokenizer) ApplyChatTemplate(req ChatRequest) (_ string, err error) {
 	name := defaultTemplate
 	if _, ok := t.chat.source[toolTemplate]; ok && hasItems(req.Tools) {
 		name = toolTemplate
@@ -131,6 +148,7 @@ func (t *Tokenizer) ApplyChatTemplate(req ChatRequest) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("tokenizer: chat: %w", err)
 	}
+	defer recoverTemplate(name, &err)
 	out, err := t.chat.parsed[name].ExecuteToString(exec.NewContext(vars))
 	if err != nil {
 		return "", templateError(name, src, err)

@@ -32,6 +32,9 @@ func Parse(tokenizerJSON, configJSON []byte, chatTemplate string) (*Tokenizer, e
 	if err := json.Unmarshal(tokenizerJSON, &f); err != nil {
 		return nil, fmt.Errorf("tokenizer: parse tokenizer.json: %w", err)
 	}
+	if err := checkIDs(f.Model.Vocab, f.AddedTokens); err != nil {
+		return nil, err
+	}
 	t := &Tokenizer{addedByID: map[int]*AddedToken{}}
 	var err error
 	if t.normalize, err = buildNormalizer(f.Normalizer); err != nil {
@@ -58,6 +61,27 @@ func Parse(tokenizerJSON, configJSON []byte, chatTemplate string) (*Tokenizer, e
 		return nil, fmt.Errorf("tokenizer: %w", err)
 	}
 	return t, nil
+}
+
+// maxTokenID bounds the ids a tokenizer.json may use: ids index dense
+// tables (and are int32 inside the BPE), and real vocabularies stay far
+// below (MiniCPM5's has 130,560 rows, the largest common ones 262,144).
+const maxTokenID = 1<<22 - 1
+
+// checkIDs refuses negative or absurd ids, which would otherwise index out
+// of range or allocate a table of that size.
+func checkIDs(vocab map[string]int, added []AddedToken) error {
+	for tok, id := range vocab {
+		if id < 0 || id > maxTokenID {
+			return fmt.Errorf("tokenizer: model.vocab: token %q has id %d, outside [0, %d]", tok, id, maxTokenID)
+		}
+	}
+	for _, a := range added {
+		if a.ID < 0 || a.ID > maxTokenID {
+			return fmt.Errorf("tokenizer: added_tokens: token %q has id %d, outside [0, %d]", a.Content, a.ID, maxTokenID)
+		}
+	}
+	return nil
 }
 
 func (t *Tokenizer) setAddedTokens(tokens []AddedToken) {

@@ -193,7 +193,16 @@ func streamTensor(name string, t *torch.Tensor) model.TensorData {
 	}}
 }
 
+// failWrite, when set (tests), is consulted before each checkpoint file is
+// written; its error stands for the write's, as a full disk would.
+var failWrite func(path string) error
+
 func writeTensors(path string, ts []model.TensorData) error {
+	if failWrite != nil {
+		if err := failWrite(path); err != nil {
+			return fmt.Errorf("train: checkpoint: %w", err)
+		}
+	}
 	if err := model.WriteSafetensors(path, ts, map[string]string{"format": "pt"}); err != nil {
 		return fmt.Errorf("train: checkpoint: %w", err)
 	}
@@ -202,6 +211,11 @@ func writeTensors(path string, ts []model.TensorData) error {
 
 // writeFileSync writes data to path and fsyncs it.
 func writeFileSync(path string, data []byte) error {
+	if failWrite != nil {
+		if err := failWrite(path); err != nil {
+			return fmt.Errorf("train: writing %s: %w", path, err)
+		}
+	}
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		return err

@@ -34,7 +34,7 @@ func benchCommand() *cli.Command {
 				&cli.BoolFlag{Name: "json", Usage: "print one JSON object per point"},
 			},
 			Action: benchForward,
-		}, benchDecodeCommand()},
+		}, benchDecodeCommand(), benchLoadCommand()},
 	}
 }
 

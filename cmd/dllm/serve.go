@@ -36,11 +36,13 @@ See docs/serve.md.`,
 			&cli.StringFlag{Name: "dtype", Value: "bf16", Usage: "weight and compute dtype: bf16, f16 or f32"},
 			&cli.IntFlag{Name: "max-queue", Value: 16, Usage: "requests that may wait behind the running one; more get 503"},
 			&cli.DurationFlag{Name: "request-timeout", Value: 10 * time.Minute, Usage: "limit on one request, queueing included (0: none)"},
+			&cli.DurationFlag{Name: "shutdown-grace", Value: serve.DefaultShutdownGrace, Usage: "on SIGINT/SIGTERM, how long requests in flight may run on before they are cancelled"},
 			&cli.StringFlag{Name: "served-model-name", Usage: "model id in the API (default: the directory's name)"},
 			&cli.IntFlag{Name: "max-model-len", Usage: "context length: prompt plus generated tokens (default: the model's max_position_embeddings)"},
 			&cli.IntFlag{Name: "default-max-tokens", Value: serve.DefaultChatMaxTokens, Usage: "a chat request's max_tokens when it gives none"},
 			&cli.BoolFlag{Name: "no-warmup", Usage: "skip the warm-up generation before reporting ready"},
 			&cli.BoolFlag{Name: "log-json", Usage: "log JSON lines instead of text"},
+			&cli.BoolFlag{Name: "debug-stats", Usage: "serve GET /debug/stats (goroutines, memory, open files, live tensors) for load tests"},
 		},
 		Action: runServe,
 	}
@@ -69,6 +71,9 @@ func runServe(ctx context.Context, c *cli.Command) error {
 	port := c.Int("port")
 	if port < 0 || port > 65535 {
 		return fmt.Errorf("--port %d is not a port number", port)
+	}
+	if c.Duration("shutdown-grace") <= 0 {
+		return fmt.Errorf("--shutdown-grace must be positive")
 	}
 	if c.Int("max-queue") < 0 {
 		return fmt.Errorf("--max-queue must be at least 0")
@@ -109,6 +114,8 @@ func runServe(ctx context.Context, c *cli.Command) error {
 		RequestTimeout:   c.Duration("request-timeout"),
 		DefaultMaxTokens: c.Int("default-max-tokens"),
 		Logger:           log,
+		DebugStats:       c.Bool("debug-stats"),
+		ShutdownGrace:    c.Duration("shutdown-grace"),
 	}
 	opts := serve.LoadOptions{Device: dev, DType: dt, MaxModelLen: c.Int("max-model-len"), Warmup: !c.Bool("no-warmup")}
 	return serve.Run(ctx, ln, cfg, func(ctx context.Context) (*serve.Model, error) {
