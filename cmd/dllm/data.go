@@ -15,10 +15,11 @@ import (
 func dataCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "data",
-		Usage: "turn Parquet, Arrow and JSONL corpora into packed training shards, and look inside them",
+		Usage: "turn Parquet, Arrow and JSONL corpora into packed training shards, look inside them, generate synthetic tasks",
 		Commands: []*cli.Command{
 			dataPrepareCommand(),
 			dataInspectCommand(),
+			dataSynthCommand(),
 			dataDistillCommand(),
 		},
 	}

@@ -31,6 +31,7 @@ func main() {
 			trainCommand(),
 			exportCommand(),
 			dataCommand(),
+			evalCommand(),
 		},
 	}
 	if err := app.Run(context.Background(), os.Args); err != nil {

@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v3"
+	"golang.org/x/term"
+
+	"dllm/eval"
+)
+
+func evalCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "eval",
+		Usage:     "score an OpenAI-compatible server on questions with exact answers (e.g. dllm data synth's held-out split)",
+		UsageText: "dllm eval --server URL --tasks FILE.jsonl [--concurrency 4] [--max-tokens N] [--out results.json] [options]",
+		Description: `Sends every item of FILE.jsonl ({"id","task","messages","answer","choices"?}
+per line, as 'dllm data synth' writes heldout.jsonl) to POST
+/v1/chat/completions, reads the final answer from the reply ("Answer: X"
+in content, else the last one in content or reasoning), scores it exactly
+(numbers normalised, choice letters by letter) and prints per task:
+accuracy, chance (from tasks.json beside the file, else 1/len(choices) or
+0), completion tokens, tokens/s per request, and TPF when the server
+reports usage.dllm (dllm serve does). --out writes everything, per item
+too, as JSON; --baseline adds the normalised score
+100*(accuracy-chance)/(baseline accuracy-chance) against an earlier --out.
+
+Works against any OpenAI-compatible server (dllm serve, vLLM, SGLang).
+429 and 503 answers and dropped connections are retried with backoff.`,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "server", Value: "http://localhost:8000", Usage: "server `URL` (its root or /v1)"},
+			&cli.StringFlag{Name: "tasks", Required: true, Usage: "eval `FILE.jsonl`"},
+			&cli.IntFlag{Name: "concurrency", Value: 4, Usage: "requests in flight"},
+			&cli.IntFlag{Name: "max-tokens", Value: 1024, Usage: "cap on each reply, reasoning included (0: the server's default)"},
+			&cli.FloatFlag{Name: "temperature", Value: 0, Usage: "sampling temperature; 0 is greedy"},
+			&cli.BoolFlag{Name: "enable-thinking", Value: true, Usage: "chat_template_kwargs.enable_thinking"},
+			&cli.StringFlag{Name: "model", Usage: "the request's model (default: the server's first in /v1/models)"},
+			&cli.StringFlag{Name: "out", Usage: "write the results as JSON to `FILE`"},
+			&cli.IntFlag{Name: "limit", Usage: "first N items of each task (0: all)"},
+			&cli.Int64Flag{Name: "seed", Usage: "seed sent with every request"},
+			&cli.FloatFlag{Name: "threshold", Usage: "dllm serve's denoising threshold in (0, 1] (default: the model's)"},
+			&cli.StringFlag{Name: "extra", Usage: "JSON object of more request fields, e.g. '{\"top_p\":0.9}'"},
+			&cli.StringFlag{Name: "baseline", Usage: "an earlier --out `FILE` (the AR model's): adds normalised scores"},
+			&cli.StringFlag{Name: "api-key", Sources: cli.EnvVars("OPENAI_API_KEY"), Usage: "bearer token, if the server wants one"},
+			&cli.DurationFlag{Name: "request-timeout", Value: 10 * time.Minute, Usage: "limit on one request"},
+			&cli.IntFlag{Name: "retries", Value: 5, Usage: "retries after 429/503 or a dropped connection"},
+		},
+		Action: runEval,
+	}
+}
+
+func runEval(ctx context.Context, c *cli.Command) error {
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	path := c.String("tasks")
+	items, err := eval.LoadItems(path)
+	if err != nil {
+		return err
+	}
+	info, err := eval.LoadTaskInfo(path)
+	if err != nil {
+		return err
+	}
+	chance := map[string]float64{}
+	for name, t := range info {
+		chance[name] = t.Chance
+	}
+	o := eval.Options{Items: items, Chance: chance, Concurrency: c.Int("concurrency"), Limit: c.Int("limit"), MaxTokens: c.Int("max-tokens")}
+	if o.Concurrency < 1 {
+		return fmt.Errorf("eval: --concurrency %d: want at least 1", o.Concurrency)
+	}
+	if o.MaxTokens < 0 || o.Limit < 0 {
+		return fmt.Errorf("eval: --max-tokens and --limit must not be negative")
+	}
+	temp := c.Float("temperature")
+	think := c.Bool("enable-thinking")
+	o.Temperature, o.EnableThinking = &temp, &think
+	if c.IsSet("seed") {
+		s := c.Int64("seed")
+		o.Seed = &s
+	}
+	if s := c.String("extra"); s != "" {
+		if err := json.Unmarshal([]byte(s), &o.Extra); err != nil {
+			return fmt.Errorf("eval: --extra: want a JSON object: %w", err)
+		}
+	}
+	if c.IsSet("threshold") {
+		th := c.Float("threshold")
+		if th <= 0 || th > 1 {
+			return fmt.Errorf("eval: --threshold %g: want (0, 1]", th)
+		}
+		if o.Extra == nil {
+			o.Extra = map[string]any{}
+		}
+		o.Extra["threshold"] = th
+	}
+	var base *eval.Report
+	if b := c.String("baseline"); b != "" {
+		if base, err = eval.ReadReport(b); err != nil {
+			return err
+		}
+	}
+
+	cl := eval.NewClient(c.String("server"))
+	cl.APIKey, cl.Retries = c.String("api-key"), c.Int("retries")
+	cl.HTTP.Timeout = c.Duration("request-timeout")
+	models, err := cl.Models(ctx)
+	if err != nil {
+		return fmt.Errorf("eval: %w", err)
+	}
+	o.Model = c.String("model")
+	if o.Model == "" && len(models) > 0 {
+		o.Model = models[0]
+	}
+	o.Client = cl
+	log := c.Root().ErrWriter
+	if log == nil {
+		log = os.Stderr
+	}
+	if f, ok := log.(*os.File); ok {
+		o.Terminal = term.IsTerminal(int(f.Fd()))
+	}
+	o.Progress = log
+	n := len(eval.Limit(items, o.Limit))
+	fmt.Fprintf(log, "eval: %d items of %s against %s (model %q), concurrency %d\n", n, path, c.String("server"), o.Model, o.Concurrency)
+	rep, err := eval.Run(ctx, o)
+	if err != nil {
+		return err
+	}
+	rep.Server, rep.Model, rep.File = c.String("server"), o.Model, path
+	rep.Settings = map[string]any{"max_tokens": o.MaxTokens, "temperature": temp, "enable_thinking": think,
+		"concurrency": o.Concurrency, "limit": o.Limit, "extra": o.Extra}
+	if base != nil {
+		rep.CompareTo(base)
+	}
+	rep.PrintTable(c.Root().Writer)
+	if out := c.String("out"); out != "" {
+		if err := rep.WriteJSON(out); err != nil {
+			return err
+		}
+		fmt.Fprintf(log, "eval: wrote %s\n", out)
+	}
+	return nil
+}

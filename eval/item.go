@@ -1,0 +1,132 @@
+package eval
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// Message is one prompt message in OpenAI's chat format.
+type Message struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+// Item is one question of an eval file.
+type Item struct {
+	// ID names the item in results; unique within a file.
+	ID string `json:"id"`
+	// Task groups items in the report.
+	Task string `json:"task"`
+	// Messages are sent as they are (system and user turns).
+	Messages []Message `json:"messages"`
+	// Answer is the exact expected answer: a number, a choice letter, or
+	// any other string compared after trimming.
+	Answer string `json:"answer"`
+	// Choices, when present, make the item multiple choice: the answer is
+	// a letter A, B, ... and chance is 1/len(choices) unless tasks.json
+	// says otherwise.
+	Choices []string `json:"choices,omitempty"`
+}
+
+// TaskInfo is what a tasks.json beside the eval file says about a task
+// (the file `dllm data synth` writes); only the fields eval uses.
+type TaskInfo struct {
+	Name   string  `json:"name"`
+	Chance float64 `json:"chance"`
+}
+
+// maxLine bounds one JSONL line of an eval file.
+const maxLine = 16 << 20
+
+// LoadItems reads an eval file, checking every item.
+func LoadItems(path string) ([]Item, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("eval: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), maxLine)
+	var items []Item
+	ids := map[string]int{}
+	for line := 1; sc.Scan(); line++ {
+		b := bytes.TrimSpace(sc.Bytes())
+		if len(b) == 0 {
+			continue
+		}
+		var it Item
+		dec := json.NewDecoder(bytes.NewReader(b))
+		if err := dec.Decode(&it); err != nil {
+			return nil, fmt.Errorf("eval: %s:%d: %w", path, line, err)
+		}
+		if err := it.check(); err != nil {
+			return nil, fmt.Errorf("eval: %s:%d: %w", path, line, err)
+		}
+		if prev, dup := ids[it.ID]; dup {
+			return nil, fmt.Errorf("eval: %s:%d: id %q already used on line %d", path, line, it.ID, prev)
+		}
+		ids[it.ID] = line
+		items = append(items, it)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("eval: %s: %w", path, err)
+	}
+	if len(items) == 0 {
+		return nil, fmt.Errorf("eval: %s holds no items", path)
+	}
+	return items, nil
+}
+
+func (it *Item) check() error {
+	switch {
+	case it.ID == "":
+		return fmt.Errorf("item without an id")
+	case it.Task == "":
+		return fmt.Errorf("item %s: no task", it.ID)
+	case len(it.Messages) == 0:
+		return fmt.Errorf("item %s: no messages", it.ID)
+	case it.Answer == "":
+		return fmt.Errorf("item %s: no answer", it.ID)
+	case len(it.Choices) > 26:
+		return fmt.Errorf("item %s: %d choices (at most 26 letters)", it.ID, len(it.Choices))
+	}
+	for i, m := range it.Messages {
+		if m.Role == "" {
+			return fmt.Errorf("item %s: messages[%d] has no role", it.ID, i)
+		}
+	}
+	if len(it.Choices) > 0 {
+		if l, ok := letterOf(it.Answer); !ok || int(l-'A') >= len(it.Choices) {
+			return fmt.Errorf("item %s: answer %q is not a letter of its %d choices", it.ID, it.Answer, len(it.Choices))
+		}
+	}
+	return nil
+}
+
+// LoadTaskInfo reads the tasks.json beside an eval file, if there is one;
+// a missing file is no error (chance then comes from the items).
+func LoadTaskInfo(evalPath string) (map[string]TaskInfo, error) {
+	path := filepath.Join(filepath.Dir(evalPath), "tasks.json")
+	b, err := os.ReadFile(path)
+	if os.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("eval: %w", err)
+	}
+	var f struct {
+		Tasks []TaskInfo `json:"tasks"`
+	}
+	if err := json.Unmarshal(b, &f); err != nil {
+		return nil, fmt.Errorf("eval: %s: %w", path, err)
+	}
+	m := map[string]TaskInfo{}
+	for _, t := range f.Tasks {
+		m[t.Name] = t
+	}
+	return m, nil
+}

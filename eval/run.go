@@ -1,0 +1,211 @@
+package eval
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Options configure Run.
+type Options struct {
+	// Client is the server to ask.
+	Client *Client
+	// Items are the questions, in file order.
+	Items []Item
+	// Chance gives a task's chance level; tasks not in it get
+	// 1/len(choices) for multiple choice, else 0.
+	Chance map[string]float64
+	// Concurrency is the number of requests in flight; default 1.
+	Concurrency int
+	// Limit keeps the first Limit items of each task; 0 keeps all.
+	Limit int
+	// Model is the request's model field ("" leaves it out).
+	Model string
+	// MaxTokens caps each reply, reasoning included; 0 leaves it to the
+	// server.
+	MaxTokens int
+	// Temperature, when set, is sent; 0 is greedy.
+	Temperature *float64
+	// EnableThinking, when set, is sent as chat_template_kwargs.enable_thinking.
+	EnableThinking *bool
+	// Seed, when set, is sent with every request.
+	Seed *int64
+	// Extra fields are merged into every request body (e.g. dllm's
+	// "threshold").
+	Extra map[string]any
+	// Progress receives a progress line now and then; nil: none.
+	Progress io.Writer
+	// Terminal redraws the progress line in place instead of printing a
+	// line at every tenth of the run.
+	Terminal bool
+}
+
+// ItemResult is the outcome of one item.
+type ItemResult struct {
+	ID        string  `json:"id"`
+	Task      string  `json:"task"`
+	Answer    string  `json:"answer"`
+	Got       string  `json:"got"`
+	Extracted bool    `json:"extracted"`
+	Correct   bool    `json:"correct"`
+	Content   string  `json:"content"`
+	Reasoning string  `json:"reasoning,omitempty"`
+	Finish    string  `json:"finish_reason,omitempty"`
+	Tokens    int     `json:"completion_tokens"`
+	Steps     int     `json:"steps,omitempty"`
+	Seconds   float64 `json:"seconds"`
+	Error     string  `json:"error,omitempty"`
+}
+
+// Limit keeps the first n items of every task (n <= 0 keeps all).
+func Limit(items []Item, n int) []Item {
+	if n <= 0 {
+		return items
+	}
+	count := map[string]int{}
+	var out []Item
+	for _, it := range items {
+		if count[it.Task] < n {
+			count[it.Task]++
+			out = append(out, it)
+		}
+	}
+	return out
+}
+
+// Run asks every item and scores the replies. A request that still fails
+// after the client's retries is recorded as a wrong answer with its error;
+// a server that stops answering at all ends the run with an error.
+func Run(ctx context.Context, o Options) (*Report, error) {
+	items := Limit(o.Items, o.Limit)
+	if len(items) == 0 {
+		return nil, errors.New("eval: no items to run")
+	}
+	if o.Client == nil {
+		return nil, errors.New("eval: no client")
+	}
+	conc := max(o.Concurrency, 1)
+	start := time.Now()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	results := make([]ItemResult, len(items))
+	prog := newProgress(o.Progress, o.Terminal, len(items))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				r := ask(ctx, &o, &items[i])
+				results[i] = r
+				if r.Error != "" && isUnreachable(r.Error) {
+					cancel(fmt.Errorf("eval: the server stopped answering: %s", r.Error))
+				}
+				prog.done(r.Correct)
+			}
+		}()
+	}
+feed:
+	for i := range items {
+		select {
+		case next <- i:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	prog.finish()
+	if err := context.Cause(ctx); err != nil {
+		return nil, err
+	}
+	return newReport(items, results, o.Chance, time.Since(start)), nil
+}
+
+func isUnreachable(msg string) bool {
+	return strings.Contains(msg, "cannot reach") || strings.Contains(msg, "connection refused")
+}
+
+// ask sends one item and scores the reply.
+func ask(ctx context.Context, o *Options, it *Item) ItemResult {
+	r := ItemResult{ID: it.ID, Task: it.Task, Answer: it.Answer}
+	req := &ChatRequest{Model: o.Model, Messages: it.Messages, MaxTokens: o.MaxTokens, Temperature: o.Temperature, Seed: o.Seed, Extra: o.Extra}
+	if o.EnableThinking != nil {
+		req.ChatTemplateKwargs = map[string]any{"enable_thinking": *o.EnableThinking}
+	}
+	t0 := time.Now()
+	resp, err := o.Client.Chat(ctx, req)
+	r.Seconds = time.Since(t0).Seconds()
+	if err != nil {
+		r.Error = err.Error()
+		return r
+	}
+	ch := resp.Choices[0]
+	r.Content, r.Finish = ch.Message.Content, ch.FinishReason
+	r.Reasoning = ch.Message.ReasoningContent
+	if r.Reasoning == "" {
+		r.Reasoning = ch.Message.Reasoning
+	}
+	if u := resp.Usage; u != nil {
+		r.Tokens = u.CompletionTokens
+		if u.DLLM != nil {
+			r.Steps = u.DLLM.Steps
+		}
+	}
+	r.Got, r.Extracted = Extract(r.Content, r.Reasoning)
+	r.Correct = r.Extracted && Correct(it, r.Got)
+	return r
+}
+
+// progress prints "eval: 37/200 (18%), accuracy so far 0.432, 3.1/s, eta 52s".
+type progress struct {
+	mu       sync.Mutex
+	w        io.Writer
+	terminal bool
+	total    int
+	n, ok    int
+	start    time.Time
+	lastTick int
+}
+
+func newProgress(w io.Writer, terminal bool, total int) *progress {
+	return &progress{w: w, terminal: terminal, total: total, start: time.Now()}
+}
+
+func (p *progress) done(correct bool) {
+	if p.w == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.n++
+	if correct {
+		p.ok++
+	}
+	tick := 10 * p.n / p.total
+	if !p.terminal && tick == p.lastTick && p.n != p.total {
+		return
+	}
+	p.lastTick = tick
+	el := time.Since(p.start).Seconds()
+	rate := float64(p.n) / max(el, 1e-9)
+	eta := time.Duration(float64(p.total-p.n)/max(rate, 1e-9)) * time.Second
+	line := fmt.Sprintf("eval: %d/%d (%d%%), accuracy so far %.3f, %.1f/s, eta %s",
+		p.n, p.total, 100*p.n/p.total, float64(p.ok)/float64(p.n), rate, eta.Round(time.Second))
+	if p.terminal {
+		fmt.Fprintf(p.w, "\r\033[K%s", line)
+	} else {
+		fmt.Fprintln(p.w, line)
+	}
+}
+
+func (p *progress) finish() {
+	if p.w != nil && p.terminal {
+		fmt.Fprintln(p.w)
+	}
+}

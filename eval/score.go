@@ -1,0 +1,132 @@
+package eval
+
+import (
+	"regexp"
+	"strings"
+)
+
+// answerRE finds "Answer: X" (any case, optional markdown bold); X is the
+// rest of the line.
+var answerRE = regexp.MustCompile(`(?i)\**answer\**\s*[:：]\s*\**\s*([^\n]*)`)
+
+// Extract returns the final answer of a reply: the last "Answer: X" in
+// content, else the last one in the reasoning, else the whole content when
+// it is nothing but a number or a choice letter (a model that answers with
+// just the value).
+func Extract(content, reasoning string) (string, bool) {
+	if a, ok := lastAnswer(content); ok {
+		return a, true
+	}
+	if a, ok := lastAnswer(reasoning); ok {
+		return a, true
+	}
+	c := strings.TrimSpace(content)
+	if _, ok := NormalizeNumber(c); ok {
+		return c, true
+	}
+	if _, ok := letterOf(c); ok && len(c) <= 3 {
+		return c, true
+	}
+	return "", false
+}
+
+func lastAnswer(s string) (string, bool) {
+	m := answerRE.FindAllStringSubmatch(s, -1)
+	if len(m) == 0 {
+		return "", false
+	}
+	a := strings.TrimSpace(strings.TrimRight(m[len(m)-1][1], "*"))
+	return a, a != ""
+}
+
+// Correct says whether got (an extracted answer) matches the item: by
+// letter for multiple choice, as a number when the expected answer is one,
+// else as trimmed text.
+func Correct(it *Item, got string) bool {
+	if len(it.Choices) > 0 {
+		g, ok1 := letterOf(got)
+		w, ok2 := letterOf(it.Answer)
+		return ok1 && ok2 && g == w
+	}
+	if w, ok := NormalizeNumber(it.Answer); ok {
+		g, ok := NormalizeNumber(firstToken(got))
+		return ok && g == w
+	}
+	return strings.EqualFold(strings.TrimSpace(got), strings.TrimSpace(it.Answer))
+}
+
+// firstToken is got up to its first space, after stripping trailing
+// sentence punctuation, so "1234." and "1234 (carry 1)" read as 1234.
+func firstToken(got string) string {
+	got = strings.TrimSpace(got)
+	if i := strings.IndexAny(got, " \t"); i >= 0 {
+		got = got[:i]
+	}
+	return strings.TrimRight(got, ".,;")
+}
+
+// NormalizeNumber spells an integer or decimal canonically: no sign for
+// zero, no "+", no thousands separators, no leading zeros, no trailing
+// fractional zeros ("1,234.50" -> "1234.5", "-0" -> "0", "007" -> "7").
+func NormalizeNumber(s string) (string, bool) {
+	s = strings.TrimSpace(s)
+	s = strings.TrimPrefix(s, "$")
+	neg := false
+	switch {
+	case strings.HasPrefix(s, "-"), strings.HasPrefix(s, "−"):
+		neg = true
+		s = strings.TrimPrefix(strings.TrimPrefix(s, "-"), "−")
+	case strings.HasPrefix(s, "+"):
+		s = s[1:]
+	}
+	s = strings.ReplaceAll(s, ",", "")
+	s = strings.ReplaceAll(s, "_", "")
+	intPart, frac, hasFrac := strings.Cut(s, ".")
+	if intPart == "" && (!hasFrac || frac == "") {
+		return "", false
+	}
+	for _, part := range []string{intPart, frac} {
+		for _, c := range part {
+			if c < '0' || c > '9' {
+				return "", false
+			}
+		}
+	}
+	intPart = strings.TrimLeft(intPart, "0")
+	if intPart == "" {
+		intPart = "0"
+	}
+	frac = strings.TrimRight(frac, "0")
+	out := intPart
+	if frac != "" {
+		out += "." + frac
+	}
+	if neg && out != "0" {
+		out = "-" + out
+	}
+	return out, true
+}
+
+// letterOf reads a choice letter from "C", "C)", "(C)", "C. 47", "c";
+// anything else is no letter.
+func letterOf(s string) (byte, bool) {
+	s = strings.TrimSpace(s)
+	s = strings.TrimLeft(s, "(*[")
+	if s == "" {
+		return 0, false
+	}
+	c := s[0]
+	if c >= 'a' && c <= 'z' {
+		c -= 'a' - 'A'
+	}
+	if c < 'A' || c > 'Z' {
+		return 0, false
+	}
+	if len(s) > 1 {
+		n := s[1]
+		if n >= 'a' && n <= 'z' || n >= 'A' && n <= 'Z' || n >= '0' && n <= '9' {
+			return 0, false // a word, not a letter
+		}
+	}
+	return c, true
+}

@@ -1,0 +1,89 @@
+package eval
+
+import "testing"
+
+func TestNormalizeNumber(t *testing.T) {
+	cases := []struct {
+		in, want string
+		ok       bool
+	}{
+		{"1234", "1234", true},
+		{" 1,234 ", "1234", true},
+		{"007", "7", true},
+		{"+5", "5", true},
+		{"-0", "0", true},
+		{"-12", "-12", true},
+		{"−12", "-12", true},
+		{"12.50", "12.5", true},
+		{"12.0", "12", true},
+		{".5", "0.5", true},
+		{"$40", "40", true},
+		{"", "", false},
+		{"12a", "", false},
+		{"1.2.3", "", false},
+		{".", "", false},
+		{"C", "", false},
+	}
+	for _, c := range cases {
+		got, ok := NormalizeNumber(c.in)
+		if got != c.want || ok != c.ok {
+			t.Errorf("NormalizeNumber(%q) = %q, %v; want %q, %v", c.in, got, ok, c.want, c.ok)
+		}
+	}
+}
+
+func TestExtract(t *testing.T) {
+	cases := []struct {
+		name, content, reasoning, want string
+		ok                             bool
+	}{
+		{"content", "Answer: 1234", "", "1234", true},
+		{"last in content", "Answer: 1\nno wait\nAnswer: 2", "", "2", true},
+		{"markdown", "**Answer:** C", "", "C", true},
+		{"case", "the answer: 42.", "", "42.", true},
+		{"reasoning fallback", "", "7+5=12\nAnswer: 12", "12", true},
+		{"content wins", "Answer: 3", "Answer: 4", "3", true},
+		{"bare short content", " 1234 ", "", "1234", true},
+		{"think tags in content", "<think>\n1+1=2\n</think>\n\nAnswer: 2", "", "2", true},
+		{"nothing", "I cannot\ndo that", "", "", false},
+		{"empty answer", "Answer: ", "", "", false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, ok := Extract(c.content, c.reasoning)
+			if got != c.want || ok != c.ok {
+				t.Errorf("got %q, %v; want %q, %v", got, ok, c.want, c.ok)
+			}
+		})
+	}
+}
+
+func TestCorrect(t *testing.T) {
+	num := &Item{Answer: "1234"}
+	mcq := &Item{Answer: "C", Choices: []string{"1", "2", "3", "4"}}
+	text := &Item{Answer: "Paris"}
+	cases := []struct {
+		it   *Item
+		got  string
+		want bool
+	}{
+		{num, "1234", true},
+		{num, "1,234", true},
+		{num, "01234.", true},
+		{num, "1234 (after carrying)", true},
+		{num, "1243", false},
+		{num, "", false},
+		{mcq, "C", true},
+		{mcq, "(c)", true},
+		{mcq, "C) 3", true},
+		{mcq, "B", false},
+		{mcq, "Cat", false},
+		{text, " paris ", true},
+		{text, "Lyon", false},
+	}
+	for _, c := range cases {
+		if got := Correct(c.it, c.got); got != c.want {
+			t.Errorf("Correct(answer %q, got %q) = %v", c.it.Answer, c.got, got)
+		}
+	}
+}

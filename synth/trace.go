@@ -1,0 +1,63 @@
+package synth
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+)
+
+// traceVars name a program's variables in order; each statement assigns a
+// new one, so the work finds a statement by its variable's name.
+const traceVars = "abcd"
+
+// traceMax bounds every value a traced program holds, so that each step is
+// arithmetic a tiny model can do in one line.
+const traceMax = 99
+
+// genTrace writes a chain of 3-4 assignments over the variables a, b, c,
+// d (a constant first, then each from the one before with +, - or * a
+// constant) whose values stay in 0..99, and asks for one variable's value.
+// The work runs each statement with the values written with two digits,
+// "c=07*2=14", so every line has the same shape.
+func genTrace(r *rand.Rand) Problem {
+	for {
+		n := 3 + r.IntN(2)
+		v := 1 + r.IntN(9)
+		src := []string{fmt.Sprintf("a=%d", v)}
+		work := []string{fmt.Sprintf("a=%02d", v)}
+		vals := []int{v}
+		ok := true
+		for i := 1; i < n; i++ {
+			op := "+-*"[r.IntN(3)]
+			k := 1 + r.IntN(9)
+			z := v + k
+			switch op {
+			case '-':
+				z = v - k
+			case '*':
+				k = 2 + r.IntN(2)
+				z = v * k
+			}
+			if z < 0 || z > traceMax {
+				ok = false
+				break
+			}
+			src = append(src, fmt.Sprintf("%c=%c%c%d", traceVars[i], traceVars[i-1], op, k))
+			work = append(work, fmt.Sprintf("%c=%02d%c%d=%02d", traceVars[i], v, op, k, z))
+			v = z
+			vals = append(vals, v)
+		}
+		if !ok {
+			continue
+		}
+		q := r.IntN(n)
+		code := strings.Join(src, "\n")
+		return Problem{
+			Canonical: fmt.Sprintf("trace:%s:%c", strings.ReplaceAll(code, "\n", ";"), traceVars[q]),
+			Prompt:    fmt.Sprintf("%s\nWhat is %c?", code, traceVars[q]),
+			Reasoning: strings.Join(work, "\n"),
+			Answer:    strconv.Itoa(vals[q]),
+		}
+	}
+}
