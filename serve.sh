@@ -5,8 +5,10 @@
 #
 # Environment: DLLM_MODEL, HOST, PORT, DLLM_DEVICE (same as the flags; flags
 # win), DLLM_HOME (default ~/.cache/dllm). Without a model it serves, in this
-# order: models/default in this repository, $DLLM_HOME/default, else the tiny
-# built-in demo model (random weights: it answers gibberish, but answers).
+# order: models/default in this repository, $DLLM_HOME/default, else the
+# built-in demo model: models/demo (a small diffusion model trained on
+# arithmetic drills, docs/proxy.md), or without it the tiny random test model
+# (it answers gibberish, but answers).
 #
 # It needs no network. It uses bin/dllm and bin/libdllmtorch.so as they are;
 # only when one is missing (or, with a GPU present, the shim cannot use it)
@@ -123,6 +125,11 @@ if [ -z "$MODEL" ]; then
 		fi
 	done
 fi
+if [ -z "$MODEL" ] && [ -e "$ROOT/models/demo/dllm.json" ]; then
+	# The built-in demo: the proxy's small diffusion model (docs/proxy.md).
+	DEMO=trained
+	MODEL=$ROOT/models/demo
+fi
 if [ -z "$MODEL" ]; then
 	DEMO=yes
 	MODEL=$DLLM_HOME/demo-tiny-llama
@@ -137,6 +144,11 @@ fi
 [ -d "$MODEL" ] || die "model directory '$MODEL' does not exist" 2
 [ -e "$MODEL/config.json" ] || die "'$MODEL' is not a model directory (no config.json)" 2
 [ -e "$MODEL/dllm.json" ] || die "'$MODEL' has no dllm.json: it is not a dllm model. Convert a HuggingFace checkpoint first: bin/dllm convert --from '$MODEL' --out DIR" 2
+if [ "$DEMO" = trained ]; then
+	say "serving the built-in DEMO model (models/demo: 1.1M parameters, trained only on arithmetic and"
+	say "toy-program drills; ask it e.g. 'What is 37*24?'). Give a real one with --model DIR or DLLM_MODEL,"
+	say "or install it at models/default"
+fi
 if [ "$DEMO" = yes ]; then
 	say "serving the DEMO model (tiny, random weights: its text is gibberish)."
 	say "give a real one with --model DIR or DLLM_MODEL, or install it at models/default"

@@ -17,7 +17,7 @@ const traceMax = 99
 
 // genTrace writes a chain of 3-4 assignments over the variables a, b, c,
 // d (a constant first, then each from the one before with +, - or * a
-// constant) whose values stay in 0..99, and asks for one variable's value.
+// constant) whose values stay in 0..99, and asks for the last one's value.
 // The work runs each statement with the values written with two digits,
 // "c=07*2=14", so every line has the same shape.
 func genTrace(r *rand.Rand) Problem {
@@ -51,7 +51,7 @@ func genTrace(r *rand.Rand) Problem {
 		if !ok {
 			continue
 		}
-		q := r.IntN(n)
+		q := n - 1
 		code := strings.Join(src, "\n")
 		return Problem{
 			Canonical: fmt.Sprintf("trace:%s:%c", strings.ReplaceAll(code, "\n", ";"), traceVars[q]),

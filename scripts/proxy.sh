@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# The conversion proxy (docs/proxy.md), `make proxy`: does AR -> block
+# diffusion conversion keep the AR model's skill? On a 2-core CPU in about
+# a quarter of an hour:
+#
+#   1. synthetic reasoning tasks with exact answers (dllm data synth),
+#   2. a small AR teacher trained from random weights on them (objective ar),
+#   3. the teacher converted (mask = a padded embedding row, blocks of 8) and
+#      trained on as a block-diffusion model with at most 20% of its tokens,
+#   4. both served by dllm serve (the teacher with blocks of 1: plain greedy
+#      AR decoding) and scored on the held-out split through the HTTP API
+#      with dllm eval; the diffusion model's normalised score is
+#      100*(acc - chance)/(teacher acc - chance) per task.
+#
+# Usage: scripts/proxy.sh   (or make proxy)
+# Environment:
+#   PROXY_OUT        work directory (out/proxy; relative paths in
+#                    configs/proxy/*.yaml assume the default)
+#   TRAIN, HELDOUT   synthetic problems per task (6000, 100)
+#   TEACHER_SET      extra --set KEY=VALUE words for the teacher's training
+#   DIFF_SET         extra --set KEY=VALUE words for the diffusion training
+#   THRESHOLD        the diffusion model's denoising threshold (dllm.json's)
+#   KEEP=1           reuse the data and teacher of an earlier run in PROXY_OUT
+#                    (only the diffusion stage and the evals run again)
+#   PORT             first of the two ports the servers use (18400)
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+
+OUT=${PROXY_OUT:-out/proxy}
+TRAIN=${TRAIN:-6000}
+HELDOUT=${HELDOUT:-100}
+PORT=${PORT:-18400}
+BIN=$ROOT/bin/dllm
+TOK=testdata/tiny-llama
+
+say() { echo "proxy: $*" >&2; }
+stamp() { date +%s; }
+T0=$(stamp)
+declare -A SECS
+
+[ -x "$BIN" ] && [ -e bin/libdllmtorch.so ] || make --no-print-directory all >&2
+sets() { local w; for w in $1; do printf -- '--set\n%s\n' "$w"; done; }
+
+if [ "${KEEP:-0}" != 1 ]; then
+	rm -rf "$OUT"
+	mkdir -p "$OUT"
+
+	# 1. Data: the tasks, and the training chats packed with the tokenizer.
+	t=$(stamp)
+	"$BIN" data synth --out "$OUT/synth" --train "$TRAIN" --heldout "$HELDOUT" --seed 0 >&2
+	# The teacher's starting directory: its shape and the tiny tokenizer
+	# (train reads config.json; export copies the tokenizer from here).
+	mkdir -p "$OUT/teacher-init"
+	cp configs/proxy/teacher-config.json "$OUT/teacher-init/config.json"
+	cp "$TOK"/tokenizer.json "$TOK"/tokenizer_config.json "$TOK"/generation_config.json "$OUT/teacher-init/"
+	sed "s#out/proxy/#$OUT/#g" configs/proxy/data.yaml >"$OUT/data.yaml"
+	"$BIN" data prepare --config "$OUT/data.yaml" >&2
+	SECS[data]=$(($(stamp) - t))
+
+	# 2. The AR teacher, from random weights.
+	t=$(stamp)
+	mapfile -t extra < <(sets "${TEACHER_SET:-}")
+	"$BIN" train --config configs/proxy/teacher.yaml --model "$OUT/teacher-init" \
+		--data "$OUT/data" --out "$OUT/teacher-run" ${extra[@]+"${extra[@]}"} >&2
+	SECS[teacher]=$(($(stamp) - t))
+fi
+TEACHER=$(ls -d "$OUT"/teacher-run/model-step-* | tail -n 1)
+
+# 3. Convert: as the AR baseline (blocks of 1 with the shift: exactly greedy
+#    AR decoding) and as the start of diffusion training (blocks of 8).
+t=$(stamp)
+rm -rf "$OUT/teacher-ar" "$OUT/teacher-dllm" "$OUT/diffusion-run"
+"$BIN" convert --from "$TEACHER" --out "$OUT/teacher-ar" --block-size 1 --hash fast >/dev/null
+"$BIN" convert --from "$TEACHER" --out "$OUT/teacher-dllm" --block-size 8 --hash fast >/dev/null
+mapfile -t extra < <(sets "${DIFF_SET:-}")
+"$BIN" train --config configs/proxy/diffusion.yaml --model "$OUT/teacher-dllm" \
+	--data "$OUT/data" --out "$OUT/diffusion-run" ${extra[@]+"${extra[@]}"} >&2
+DIFF=$(ls -d "$OUT"/diffusion-run/model-step-* | tail -n 1)
+SECS[diffusion]=$(($(stamp) - t))
+
+# 4. Serve each and score it through the HTTP API.
+SERVER=
+stop_server() {
+	if [ -n "$SERVER" ]; then
+		kill "$SERVER" 2>/dev/null || true
+		wait "$SERVER" 2>/dev/null || true
+		SERVER=
+	fi
+}
+trap stop_server EXIT
+evaluate() { # name model port [eval options...]
+	local name=$1 model=$2 port=$3
+	shift 3
+	"$BIN" serve --model "$model" --host 127.0.0.1 --port "$port" --device cpu --dtype f32 \
+		--served-model-name "$name" 2>"$OUT/$name-serve.log" &
+	SERVER=$!
+	for _ in $(seq 600); do
+		curl -sf --noproxy '*' -o /dev/null "http://127.0.0.1:$port/health" && break
+		kill -0 "$SERVER" 2>/dev/null || { cat "$OUT/$name-serve.log" >&2; say "the $name server died"; exit 1; }
+		sleep 0.2
+	done
+	"$BIN" eval --server "http://127.0.0.1:$port" --tasks "$OUT/synth/heldout.jsonl" --concurrency 1 \
+		--max-tokens 320 --temperature 0 --out "$OUT/$name.json" "$@" | tee "$OUT/$name.txt"
+	stop_server
+}
+t=$(stamp)
+say "teacher (AR decoding, blocks of 1): $TEACHER"
+evaluate teacher "$OUT/teacher-ar" "$PORT"
+SECS[eval_teacher]=$(($(stamp) - t))
+t=$(stamp)
+say "diffusion model (blocks of 8): $DIFF"
+th=()
+[ -n "${THRESHOLD:-}" ] && th=(--threshold "$THRESHOLD")
+evaluate diffusion "$DIFF" "$((PORT + 1))" --baseline "$OUT/teacher.json" ${th[@]+"${th[@]}"}
+SECS[eval_diffusion]=$(($(stamp) - t))
+
+# Summary.
+teacher_tokens=$(sed -n 's/.*"tokens_seen": *\([0-9]*\).*/\1/p' "$TEACHER/train.json" | head -n 1)
+diff_tokens=$(sed -n 's/.*"tokens_seen": *\([0-9]*\).*/\1/p' "$DIFF/train.json" | head -n 1)
+{
+	echo
+	echo "proxy: teacher $teacher_tokens tokens, diffusion $diff_tokens tokens ($((100 * ${diff_tokens:-0} / ${teacher_tokens:-1}))% of the teacher's)"
+	for k in data teacher diffusion eval_teacher eval_diffusion; do
+		[ -n "${SECS[$k]:-}" ] && echo "proxy: $k ${SECS[$k]} s"
+	done
+	echo "proxy: total $(($(stamp) - T0)) s; results in $OUT/teacher.json and $OUT/diffusion.json"
+} | tee "$OUT/summary.txt"
