@@ -9,43 +9,28 @@ import (
 
 // generation is one Generate call's device state.
 type generation struct {
-	m     *model.Model
-	p     plan
-	cache *model.KVCache
-	pick  *picker
+	p    plan
+	eng  engine
+	pick *picker
 	// carry (1, V) is, with the shift, the logit row of the last committed
 	// position: the prediction for the next block's first position.
 	carry *torch.Tensor
 	steps int // forwards after the prefill
 }
 
-func newGeneration(m *model.Model, p plan) (*generation, error) {
-	cache, err := m.NewCache(1, p.cacheLen)
-	if err != nil {
-		return nil, err
-	}
-	g := &generation{m: m, p: p, cache: cache}
+func newGeneration(m *model.Model, eng engine, p plan) (*generation, error) {
+	g := &generation{p: p, eng: eng}
 	if err := torch.Try(func() { g.pick = newPicker(p, m.Device, m.Config.VocabSize) }); err != nil {
-		cache.Free()
+		eng.free()
 		return nil, err
 	}
 	return g, nil
 }
 
 func (g *generation) free() {
-	g.cache.Free()
+	g.eng.free()
 	g.pick.free()
 	g.carry.Free()
-}
-
-// input copies ids to the device as (1, T).
-func (g *generation) input(ids []int64) *torch.Tensor {
-	cpu := torch.FromSlice(ids, 1, int64(len(ids)))
-	if !g.m.Device.CUDA {
-		return cpu
-	}
-	defer cpu.Free()
-	return cpu.To(torch.Int64, g.m.Device)
 }
 
 // prefill writes the prompt into the KV cache with causal attention, in
@@ -57,7 +42,7 @@ func (g *generation) prefill(ctx context.Context, prompt []int64) error {
 		}
 		end := min(start+g.p.chunk, len(prompt))
 		last := end == len(prompt)
-		if err := g.extend(prompt[start:end], model.Attention{Kind: model.Causal}, last && g.p.shift); err != nil {
+		if err := g.extend(prompt[start:end], last && g.p.shift); err != nil {
 			return err
 		}
 	}
@@ -72,33 +57,25 @@ func (g *generation) prefill(ctx context.Context, prompt []int64) error {
 // sees itself bidirectionally.
 func (g *generation) commit(ids []int64) error {
 	g.steps++
-	return g.extend(ids, model.Attention{Kind: model.Causal}, g.p.shift)
+	return g.extend(ids, g.p.shift)
 }
 
-// extend runs ids after the cached context, commits them to the cache and,
-// when carry is set, keeps the last logit row as the carry.
-func (g *generation) extend(ids []int64, att model.Attention, carry bool) error {
-	x := g.input(ids)
-	defer x.Free()
-	o := model.ForwardOpts{Attention: att, Cache: g.cache}
+// extend runs ids causally after the cached context, commits them to the
+// cache and, when carry is set, keeps the last logit row as the carry.
+func (g *generation) extend(ids []int64, carry bool) error {
+	rows := 0
 	if carry {
-		o.LastN = 1
-		logits, err := g.m.Forward(x, o) // (1, 1, V)
-		if err != nil {
-			return err
-		}
-		defer logits.Free()
-		g.carry.Free()
-		g.carry = logits.Reshape(1, -1)
-	} else {
-		// The head is the largest matmul; a cache-only pass skips it.
-		h, err := g.m.Hidden(x, o)
-		if err != nil {
-			return err
-		}
-		h.Free()
+		rows = 1
 	}
-	return g.cache.Commit(int64(len(ids)))
+	logits, err := g.eng.forward(ids, true, rows) // (1, V) or nil
+	if err != nil {
+		return err
+	}
+	if carry {
+		g.carry.Free()
+		g.carry = logits
+	}
+	return g.eng.commit(int64(len(ids)))
 }
 
 // predict returns a candidate and its probability for each position of
@@ -110,16 +87,12 @@ func (g *generation) predict(c *canvas) ([]int64, []float64, error) {
 		tok, conf := g.pick.pick(g.carry)
 		return tok, conf, nil
 	}
-	x := g.input(c.ids)
-	defer x.Free()
 	g.steps++
-	logits, err := g.m.Forward(x, model.ForwardOpts{Attention: model.Attention{Kind: model.Bidirectional}, Cache: g.cache})
+	n := int64(len(c.ids))
+	rows, err := g.eng.forward(c.ids, false, len(c.ids)) // (n, V): row i predicts position i
 	if err != nil {
 		return nil, nil, err
 	}
-	defer logits.Free()
-	n := int64(len(c.ids))
-	rows := logits.Reshape(n, -1) // (n, V): row i predicts position i
 	defer rows.Free()
 	if g.p.shift {
 		// Row i predicts position i+1; the carry predicts position 0.

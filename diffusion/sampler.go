@@ -15,6 +15,12 @@ import (
 type Sampler struct {
 	model    *model.Model
 	settings *Settings
+	dec      *model.Decoder // the fast engine's, made on first use (engine)
+
+	// Eager runs Model.Forward over a KVCache instead of the model's
+	// Decoder: for a model being trained, whose projections must not be
+	// stacked (Model.NewDecoder), or to compare the two paths.
+	Eager bool
 }
 
 // NewSampler returns a sampler for m run as s describes (ARSettings for an
@@ -69,7 +75,11 @@ func (s *Sampler) generate(ctx context.Context, prompt []int64, p plan, onBlock 
 	if p.temperature > 0 {
 		torch.ManualSeed(p.seed)
 	}
-	g, err := newGeneration(s.model, p)
+	eng, err := s.engine(p)
+	if err != nil {
+		return nil, err
+	}
+	g, err := newGeneration(s.model, eng, p)
 	if err != nil {
 		return nil, err
 	}
@@ -97,7 +107,7 @@ func (s *Sampler) generate(ctx context.Context, prompt []int64, p plan, onBlock 
 				return nil, err
 			}
 		}
-		n := min(p.block, int(g.cache.Max-g.cache.Len))
+		n := min(p.block, int(g.eng.room()))
 		need := min(n, p.maxNew-len(res.IDs))
 		ids, stopped, err := g.denoise(ctx, n, need)
 		if err != nil {

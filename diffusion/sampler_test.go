@@ -73,8 +73,15 @@ func TestCachedStepMatchesFullForward(t *testing.T) {
 		}
 		return k < L+(q-L)/B*B+B
 	})
-	for _, shift := range []bool{true, false} {
-		p, err := NewSampler(m, tinySettings(B, shift)).resolve(prompt, Options{MaxNewTokens: 2 * B})
+	for _, c := range []struct {
+		engine string
+		shift  bool
+	}{{"eager", true}, {"eager", false}, {"fast", true}, {"fast", false}} {
+		t.Setenv("DLLM_ENGINE", c.engine)
+		shift := c.shift
+		s := NewSampler(m, tinySettings(B, shift))
+		defer s.Close()
+		p, err := s.resolve(prompt, Options{MaxNewTokens: 2 * B})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -82,7 +89,11 @@ func TestCachedStepMatchesFullForward(t *testing.T) {
 		var tok []int64
 		var conf []float64
 		torch.NoGrad(func() {
-			g, err := newGeneration(m, p)
+			eng, err := s.engine(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			g, err := newGeneration(m, eng, p)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -104,7 +115,7 @@ func TestCachedStepMatchesFullForward(t *testing.T) {
 			}
 			wantTok, wantConf := argmax(rows[row], tinyMask)
 			if tok[i] != wantTok || math.Abs(conf[i]-wantConf) > 1e-5 {
-				t.Errorf("shift %v, position %d: (%d, %.6f), full forward (%d, %.6f)", shift, i, tok[i], conf[i], wantTok, wantConf)
+				t.Errorf("%s engine, shift %v, position %d: (%d, %.6f), full forward (%d, %.6f)", c.engine, shift, i, tok[i], conf[i], wantTok, wantConf)
 			}
 		}
 	}

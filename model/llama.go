@@ -28,6 +28,10 @@ type Model struct {
 type Layer struct {
 	Attn torch.AttnWeights
 	MLP  torch.MLPWeights
+
+	// The stacked projections of a model used by a Decoder (fuse); Attn
+	// and MLP then hold views of them.
+	qkv, bqkv, gateUp *torch.Tensor
 }
 
 // AttentionKind names how positions may attend to each other.
@@ -229,6 +233,10 @@ func (m *Model) Params() []*torch.Tensor {
 // Free releases every weight.
 func (m *Model) Free() {
 	torch.Free(m.Params()...)
+	for i := range m.Layers {
+		l := &m.Layers[i]
+		torch.Free(l.qkv, l.bqkv, l.gateUp)
+	}
 	m.invFreq.Free()
 }
 

@@ -22,6 +22,7 @@
 #   THRESHOLD        the diffusion model's denoising threshold (dllm.json's)
 #   KEEP=1           reuse the data and teacher of an earlier run in PROXY_OUT
 #                    (only the diffusion stage and the evals run again)
+#   KEEP=2           reuse the diffusion model too (only the evals run again)
 #   PORT             first of the two ports the servers use (18400)
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -42,7 +43,7 @@ declare -A SECS
 [ -x "$BIN" ] && [ -e bin/libdllmtorch.so ] || make --no-print-directory all >&2
 sets() { local w; for w in $1; do printf -- '--set\n%s\n' "$w"; done; }
 
-if [ "${KEEP:-0}" != 1 ]; then
+if [ "${KEEP:-0}" = 0 ]; then
 	rm -rf "$OUT"
 	mkdir -p "$OUT"
 
@@ -69,15 +70,17 @@ TEACHER=$(ls -d "$OUT"/teacher-run/model-step-* | tail -n 1)
 
 # 3. Convert: as the AR baseline (blocks of 1 with the shift: exactly greedy
 #    AR decoding) and as the start of diffusion training (blocks of 8).
-t=$(stamp)
-rm -rf "$OUT/teacher-ar" "$OUT/teacher-dllm" "$OUT/diffusion-run"
-"$BIN" convert --from "$TEACHER" --out "$OUT/teacher-ar" --block-size 1 --hash fast >/dev/null
-"$BIN" convert --from "$TEACHER" --out "$OUT/teacher-dllm" --block-size 8 --hash fast >/dev/null
-mapfile -t extra < <(sets "${DIFF_SET:-}")
-"$BIN" train --config configs/proxy/diffusion.yaml --model "$OUT/teacher-dllm" \
-	--data "$OUT/data" --out "$OUT/diffusion-run" ${extra[@]+"${extra[@]}"} >&2
+if [ "${KEEP:-0}" != 2 ]; then
+	t=$(stamp)
+	rm -rf "$OUT/teacher-ar" "$OUT/teacher-dllm" "$OUT/diffusion-run"
+	"$BIN" convert --from "$TEACHER" --out "$OUT/teacher-ar" --block-size 1 --hash fast >/dev/null
+	"$BIN" convert --from "$TEACHER" --out "$OUT/teacher-dllm" --block-size 8 --hash fast >/dev/null
+	mapfile -t extra < <(sets "${DIFF_SET:-}")
+	"$BIN" train --config configs/proxy/diffusion.yaml --model "$OUT/teacher-dllm" \
+		--data "$OUT/data" --out "$OUT/diffusion-run" ${extra[@]+"${extra[@]}"} >&2
+	SECS[diffusion]=$(($(stamp) - t))
+fi
 DIFF=$(ls -d "$OUT"/diffusion-run/model-step-* | tail -n 1)
-SECS[diffusion]=$(($(stamp) - t))
 
 # 4. Serve each and score it through the HTTP API.
 SERVER=

@@ -507,6 +507,7 @@ func (t *trainer) sample(ctx context.Context) {
 		return
 	}
 	sm := diffusion.NewSampler(t.net.m, &s)
+	sm.Eager = true // the weights being trained stay unstacked
 	o := sm.Defaults()
 	o.MaxNewTokens = c.SampleTokens
 	o.ContextLimit = len(prompt) + c.SampleTokens + s.BlockSize

@@ -56,6 +56,7 @@ See docs/performance.md.`,
 			&cli.IntFlag{Name: "block", Value: 32, Usage: "block size of the diffusion points"},
 			&cli.StringFlag{Name: "commit", Value: "1,2,4,8", Usage: "comma-separated tokens committed per denoising forward; with --ar, only when given"},
 			&cli.BoolFlag{Name: "ar", Usage: "measure AR decoding (block 1, one token per forward)"},
+			&cli.StringFlag{Name: "engine", Value: "fast", Usage: "fast (the decoder: whole forward in C++, FlashAttention and CUDA graphs on a GPU) or eager (one shim call per sublayer), to compare"},
 			&cli.IntFlag{Name: "tokens", Value: 512, Usage: "timed tokens per point (whole blocks)"},
 			&cli.IntFlag{Name: "warmup", Value: 32, Usage: "untimed tokens before the timed ones at each point (at least one block)"},
 			&cli.FloatFlag{Name: "bandwidth-gbs", Value: 4300, Usage: "memory bandwidth for the floor, GB/s (H200 copy as measured: 4300; H100: 3350)"},
@@ -91,6 +92,7 @@ type decodeMode struct {
 	ar     bool
 	block  int
 	commit int
+	eager  bool // Model.Forward over a KVCache instead of the Decoder
 }
 
 func (m decodeMode) String() string {
@@ -104,7 +106,8 @@ func (m decodeMode) String() string {
 type decodePoint struct {
 	Device   string `json:"device"`
 	DType    string `json:"dtype"`
-	Mode     string `json:"mode"` // "ar" or "commitK"
+	Mode     string `json:"mode"`   // "ar" or "commitK"
+	Engine   string `json:"engine"` // "fast" (the Decoder) or "eager"
 	Block    int    `json:"block"`
 	Commit   int    `json:"commit"` // tokens per denoising forward (1 for AR)
 	Context  int    `json:"context"`
@@ -210,6 +213,14 @@ func decodeModes(c *cli.Command) ([]decodeMode, error) {
 	if block < 1 {
 		return nil, fmt.Errorf("--block %d must be at least 1", block)
 	}
+	var eager bool
+	switch e := c.String("engine"); e {
+	case "fast":
+	case "eager":
+		eager = true
+	default:
+		return nil, fmt.Errorf("--engine %q: want fast or eager", e)
+	}
 	var modes []decodeMode
 	if !c.Bool("ar") || c.IsSet("commit") {
 		ks, err := parseInts(c.String("commit"))
@@ -220,11 +231,11 @@ func decodeModes(c *cli.Command) ([]decodeMode, error) {
 			if k > block {
 				return nil, fmt.Errorf("--commit %d is more than the block of %d", k, block)
 			}
-			modes = append(modes, decodeMode{block: block, commit: k})
+			modes = append(modes, decodeMode{block: block, commit: k, eager: eager})
 		}
 	}
 	if c.Bool("ar") {
-		modes = append(modes, decodeMode{ar: true, block: 1, commit: 1})
+		modes = append(modes, decodeMode{ar: true, block: 1, commit: 1, eager: eager})
 	}
 	return modes, nil
 }
@@ -345,6 +356,8 @@ func runDecodePoint(ctx context.Context, m *model.Model, st *diffusion.Settings,
 		s = diffusion.NewSampler(m, diffusion.ARSettings())
 		o.FixedCommit, o.Threshold = 0, 1
 	}
+	s.Eager = md.eager
+	defer s.Close()
 	r := &decodeRun{}
 	var last time.Time
 	block := 0
@@ -376,7 +389,11 @@ func runDecodePoint(ctx context.Context, m *model.Model, st *diffusion.Settings,
 func (r *decodeRun) point(dev torch.Device, dt torch.DType, md decodeMode, C int) decodePoint {
 	lat := slices.Clone(r.stepMS)
 	slices.Sort(lat)
-	p := decodePoint{Device: dev.String(), DType: dt.String(), Mode: md.String(), Block: md.block, Commit: md.commit,
+	engine := "fast"
+	if md.eager {
+		engine = "eager"
+	}
+	p := decodePoint{Device: dev.String(), DType: dt.String(), Mode: md.String(), Engine: engine, Block: md.block, Commit: md.commit,
 		Context: C, Tokens: r.tokens, Forwards: r.forwards,
 		StepMedianMS: lat[len(lat)/2], StepP90MS: lat[len(lat)*9/10],
 		PrefillMS: float64(r.prefill.Microseconds()) / 1000}

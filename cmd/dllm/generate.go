@@ -90,6 +90,7 @@ func runGenerate(ctx context.Context, c *cli.Command) error {
 		}
 	}
 	s := diffusion.NewSampler(m, settings)
+	defer s.Close()
 	o := generateOptions(c, s.Defaults())
 	if !c.Bool("ignore-eos") {
 		o.StopIDs = diffusion.EOSIDs(m.Config, tok)

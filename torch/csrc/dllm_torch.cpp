@@ -17,9 +17,16 @@
 #include <string>
 #include <vector>
 
+#include <map>
+#include <memory>
+
 #ifdef DLLM_CUDA
+#include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
 #endif
 
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 0)
@@ -649,5 +656,264 @@ dt_err dt_backward_grad(dt_tensor t, dt_tensor grad) {
 dt_err dt_detach(dt_tensor t, dt_tensor *out) {
   return guard([&] { *out = W(T(t).detach()); });
 }
+
+} // extern "C"
+
+// --- decoder ------------------------------------------------------------------
+//
+// The decode loop's forwards (batch 1, a few new tokens over a long KV cache)
+// are launch-bound when every op crosses from Go: ~90 shim calls and ~600
+// kernels for ~20 ms of which the GPU is busy for a few. The decoder runs the
+// whole forward in C++ over fused weights (one QKV and one gate-up matmul),
+// RoPE tables gathered by position on the device, a KV cache of its own in
+// the (S, Hkv, D) layout flash attention reads, and on CUDA:
+//   - FlashAttention 2 (at::_flash_attention_forward) straight on the cache:
+//     GQA without repeating keys, causal masks aligned to the bottom right
+//     (the commit forward), and its split-KV scheduling that spreads a long
+//     cache over the SMs when the query block is short;
+//   - per-layer CUDA graphs ("piecewise", as vLLM does): everything between
+//     two attentions is one graph, captured once per query length T, with
+//     the input ids and positions in static buffers; attention runs eagerly
+//     between the graphs because its KV length changes every step.
+
+namespace {
+
+struct DecLayer {
+  at::Tensor n1, wqkv, bqkv, wo, n2, wgu, wdown; // weights (bqkv may be undefined)
+  at::Tensor kc, vc;                             // (Max, Hkv, D)
+};
+
+#ifdef DLLM_CUDA
+// Captured is one query length's graphs: graph i computes layer i-1's
+// output projection and MLP (nothing for i = 0, which embeds instead) and
+// layer i's norm, QKV, RoPE and cache write (the final norm for i = L).
+struct Captured {
+  std::vector<std::unique_ptr<at::cuda::CUDAGraph>> g;
+  at::Tensor ids, pos;        // static inputs (T) int64
+  std::vector<at::Tensor> q;  // per layer (1, T, H, D): graph outputs
+  std::vector<at::Tensor> ao; // per layer (T, H*D): attention outputs, graph inputs
+  std::vector<at::Tensor> x;  // residual stream after each graph
+  at::Tensor hn;              // (T, C) final hidden states
+};
+#endif
+
+struct Decoder {
+  at::Tensor embed, norm, head, cos, sin; // cos, sin (Max, D)
+  std::vector<DecLayer> layers;
+  int64_t H = 0, Hkv = 0, D = 0;
+  double eps = 1e-6, scale = 0;
+  bool flash = false;  // attention through FlashAttention 2
+  int graphs = 0;      // capture graphs for query lengths up to this
+  std::map<int64_t, int> seen; // forwards per query length, before capture
+#ifdef DLLM_CUDA
+  std::map<int64_t, Captured> captured;
+  c10::optional<c10::cuda::CUDAStream> side;
+  at::cuda::MempoolId_t pool{0, 0};
+#endif
+
+  // pre is layer l's attention input: RMSNorm, fused QKV, RoPE; it writes the
+  // keys and values of positions (T) into the cache and returns q (1, T, H, D).
+  at::Tensor pre(DecLayer &ly, const at::Tensor &x, const at::Tensor &positions) {
+    auto Tn = x.size(0);
+    auto h = rms_norm(x, ly.n1, eps);
+    auto qkv = ly.bqkv.defined() ? at::linear(h, ly.wqkv, ly.bqkv) : at::linear(h, ly.wqkv); // (T, (H+2Hkv)D)
+    auto q = qkv.narrow(1, 0, H * D).view({Tn, H, D});
+    auto k = qkv.narrow(1, H * D, Hkv * D).view({Tn, Hkv, D});
+    auto v = qkv.narrow(1, (H + Hkv) * D, Hkv * D).view({Tn, Hkv, D});
+    auto c = cos.index_select(0, positions).unsqueeze(1); // (T, 1, D)
+    auto s = sin.index_select(0, positions).unsqueeze(1);
+    q = q * c + rotate_half(q) * s;
+    k = k * c + rotate_half(k) * s;
+    ly.kc.index_copy_(0, positions, k);
+    ly.vc.index_copy_(0, positions, v);
+    return q.unsqueeze(0);
+  }
+
+  // attend is softmax(q K^T) V over cache slots [0, pos+T): (T, H*D).
+  at::Tensor attend(DecLayer &ly, const at::Tensor &q, int64_t pos, bool causal) {
+    auto Tn = q.size(1), S = pos + Tn;
+    auto k = ly.kc.narrow(0, 0, S).unsqueeze(0); // (1, S, Hkv, D)
+    auto v = ly.vc.narrow(0, 0, S).unsqueeze(0);
+    double sc = scale > 0 ? scale : 1.0 / std::sqrt(static_cast<double>(D));
+#ifdef DLLM_CUDA
+    if (flash) {
+      auto r = at::_flash_attention_forward(q, k, v, c10::nullopt, c10::nullopt, Tn, S, 0.0, causal && Tn > 1,
+                                            false, sc);
+      return std::get<0>(r).reshape({Tn, H * D});
+    }
+#endif
+    auto y = attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), c10::nullopt, causal, sc,
+                       DT_ATTN_AUTO); // (1, H, T, D)
+    return y.transpose(1, 2).reshape({Tn, H * D});
+  }
+
+  // post is layer l's output projection and MLP on the residual stream x.
+  at::Tensor post(DecLayer &ly, const at::Tensor &x, const at::Tensor &ao) {
+    auto y = x + at::linear(ao, ly.wo);
+    auto h = rms_norm(y, ly.n2, eps);
+    auto gu = at::linear(h, ly.wgu); // (T, 2F)
+    auto F = gu.size(1) / 2;
+    return y + at::linear(at::silu(gu.narrow(1, 0, F)) * gu.narrow(1, F, F), ly.wdown);
+  }
+
+  // eager is the forward without graphs; it returns the final hidden states.
+  at::Tensor eager(const at::Tensor &ids, int64_t pos, bool causal) {
+    auto Tn = ids.numel();
+    auto positions = at::arange(pos, pos + Tn, ids.options().dtype(at::kLong));
+    auto x = embed.index_select(0, ids); // (T, C)
+    for (auto &ly : layers) {
+      auto q = pre(ly, x, positions);
+      x = post(ly, x, attend(ly, q, pos, causal));
+    }
+    return rms_norm(x, norm, eps);
+  }
+
+#ifdef DLLM_CUDA
+  // capture records query length T's graphs on the side stream, on which the
+  // caller has just run an eager forward of the same length (so cuBLAS has
+  // its workspace there). Capturing only records: nothing runs.
+  void capture(int64_t Tn) {
+    auto dev = embed.device();
+    Captured c;
+    auto lo = at::TensorOptions().dtype(at::kLong).device(dev);
+    c.ids = at::zeros({Tn}, lo);
+    c.pos = at::arange(0, Tn, lo);
+    for (size_t l = 0; l < layers.size(); l++) c.ao.push_back(at::zeros({Tn, H * D}, embed.options()));
+    for (size_t i = 0; i <= layers.size(); i++) {
+      auto g = std::make_unique<at::cuda::CUDAGraph>();
+      g->capture_begin(pool, cudaStreamCaptureModeThreadLocal);
+      at::Tensor x = i == 0 ? embed.index_select(0, c.ids) : post(layers[i - 1], c.x[i - 1], c.ao[i - 1]);
+      if (i < layers.size()) {
+        c.q.push_back(pre(layers[i], x, c.pos));
+      } else {
+        c.hn = rms_norm(x, norm, eps);
+      }
+      c.x.push_back(x);
+      g->capture_end();
+      if (i == 0) pool = g->pool();
+      c.g.push_back(std::move(g));
+    }
+    captured.emplace(Tn, std::move(c));
+  }
+
+  at::Tensor replay(Captured &c, const at::Tensor &ids, int64_t pos, bool causal) {
+    auto Tn = ids.numel();
+    c.ids.copy_(ids);
+    at::arange_out(c.pos, pos, pos + Tn, 1);
+    for (size_t l = 0; l < layers.size(); l++) {
+      c.g[l]->replay();
+      c.ao[l].copy_(attend(layers[l], c.q[l], pos, causal));
+    }
+    c.g[layers.size()]->replay();
+    return c.hn;
+  }
+#endif
+
+  // forward returns the final hidden states (T, C) of ids at [pos, pos+T).
+  at::Tensor forward(const at::Tensor &ids, int64_t pos, bool causal) {
+    auto Tn = ids.numel();
+    TORCH_CHECK(Tn >= 1, "decoder: no input tokens");
+    TORCH_CHECK(pos >= 0 && pos + Tn <= cos.size(0), "decoder: positions [", pos, ", ", pos + Tn,
+                ") exceed the context of ", cos.size(0));
+#ifdef DLLM_CUDA
+    if (graphs > 0 && Tn <= graphs) {
+      auto it = captured.find(Tn);
+      if (it != captured.end()) return replay(it->second, ids, pos, causal);
+      // The second forward of a length captures it: prefill lengths that
+      // come once are never captured.
+      if (++seen[Tn] >= 2) {
+        auto cur = c10::cuda::getCurrentCUDAStream();
+        if (!side) side = c10::cuda::getStreamFromPool(false, cur.device_index());
+        // Once per length: plain synchronisation is cheap enough.
+        cur.synchronize();
+        at::Tensor h;
+        {
+          c10::cuda::CUDAStreamGuard sg(*side);
+          h = eager(ids, pos, causal);
+          capture(Tn);
+        }
+        side->synchronize();
+        return h;
+      }
+    }
+#endif
+    return eager(ids, pos, causal);
+  }
+};
+
+} // namespace
+
+extern "C" {
+
+dt_err dt_decoder_new(dt_tensor embed, dt_tensor norm, dt_tensor head, const dt_tensor *layers, int n_layers,
+                      int n_head, int n_kv_head, double eps, double attn_scale, dt_tensor cos, dt_tensor sin,
+                      int graphs, dt_decoder *out) {
+  return guard([&] {
+    TORCH_CHECK(n_layers > 0 && n_head > 0 && n_kv_head > 0 && n_head % n_kv_head == 0,
+                "decoder: bad layer or head counts");
+    auto d = std::make_unique<Decoder>();
+    d->embed = T(embed);
+    d->norm = T(norm);
+    d->head = T(head);
+    d->cos = T(cos);
+    d->sin = T(sin);
+    d->H = n_head;
+    d->Hkv = n_kv_head;
+    d->D = d->cos.size(1);
+    d->eps = eps;
+    d->scale = attn_scale;
+    TORCH_CHECK(d->cos.dim() == 2 && d->sin.sizes() == d->cos.sizes(), "decoder: cos and sin must be (Max, D)");
+    int64_t max = d->cos.size(0);
+    for (int l = 0; l < n_layers; l++) {
+      const dt_tensor *w = layers + 7 * l;
+      DecLayer ly;
+      ly.n1 = T(w[0]);
+      ly.wqkv = T(w[1]);
+      if (w[2]) ly.bqkv = T(w[2]);
+      ly.wo = T(w[3]);
+      ly.n2 = T(w[4]);
+      ly.wgu = T(w[5]);
+      ly.wdown = T(w[6]);
+      TORCH_CHECK(ly.wqkv.size(0) == (n_head + 2 * n_kv_head) * d->D, "decoder: layer ", l,
+                  ": fused QKV has ", ly.wqkv.size(0), " rows");
+      ly.kc = at::zeros({max, d->Hkv, d->D}, d->embed.options());
+      ly.vc = at::zeros({max, d->Hkv, d->D}, d->embed.options());
+      d->layers.push_back(std::move(ly));
+    }
+    bool cuda = d->embed.is_cuda();
+    auto st = d->embed.scalar_type();
+    d->flash = cuda && (st == at::kBFloat16 || st == at::kHalf) && d->D % 8 == 0 && d->D <= 256;
+#ifdef DLLM_CUDA
+    d->graphs = cuda ? graphs : 0;
+#endif
+    *out = d.release();
+  });
+}
+
+dt_err dt_decoder_forward(dt_decoder dec, dt_tensor ids, int64_t pos, int causal, int64_t rows, dt_tensor *logits) {
+  return guard([&] {
+    auto *d = static_cast<Decoder *>(dec);
+    at::NoGradGuard ng;
+    auto &x = T(ids);
+    auto h = d->forward(x.reshape({-1}), pos, causal != 0); // (T, C)
+    auto Tn = h.size(0);
+    TORCH_CHECK(rows >= 0 && rows <= Tn, "decoder: ", rows, " logit rows of ", Tn);
+    *logits = rows == 0 ? nullptr : W(at::linear(h.narrow(0, Tn - rows, rows), d->head));
+  });
+}
+
+int64_t dt_decoder_graphs(dt_decoder dec) {
+#ifdef DLLM_CUDA
+  auto *d = static_cast<Decoder *>(dec);
+  int64_t n = 0;
+  for (auto &kv : d->captured) n += static_cast<int64_t>(kv.second.g.size());
+  return n;
+#else
+  (void)dec;
+  return 0;
+#endif
+}
+
+void dt_decoder_free(dt_decoder dec) { delete static_cast<Decoder *>(dec); }
 
 } // extern "C"

@@ -22,10 +22,11 @@
 extern "C" {
 #endif
 
-#define DT_ABI_VERSION 2
+#define DT_ABI_VERSION 3
 
 typedef void *dt_tensor;
 typedef char *dt_err;
+typedef void *dt_decoder;
 
 /* Scalar types, numbered as c10::ScalarType so conversion is a cast. */
 enum {
@@ -211,6 +212,28 @@ dt_err dt_adamw_update(dt_tensor param, dt_tensor m, dt_tensor v, int64_t step,
 dt_err dt_backward_grad(dt_tensor t, dt_tensor grad);
 /* A tensor sharing t's storage, cut from the autograd graph. */
 dt_err dt_detach(dt_tensor t, dt_tensor *out);
+
+/* --- decoder --------------------------------------------------------------- */
+/* A whole-model forward for decoding, batch 1, in one call: fused weights, a
+ * KV cache of its own for cos.size(0) positions ((Max, Hkv, D) per layer),
+ * FlashAttention 2 and per-layer CUDA graphs on CUDA (graphs > 0 captures
+ * query lengths up to graphs on their second use). layers holds 7 handles
+ * per layer: attention norm, fused QKV weight ((H+2Hkv)D, C), fused QKV bias
+ * or NULL, output projection, MLP norm, fused gate-up weight (2F, C), down
+ * projection. cos and sin are the RoPE tables (Max, D) in the model dtype. */
+dt_err dt_decoder_new(dt_tensor embed, dt_tensor norm, dt_tensor head,
+                      const dt_tensor *layers, int n_layers, int n_head,
+                      int n_kv_head, double eps, double attn_scale,
+                      dt_tensor cos, dt_tensor sin, int graphs, dt_decoder *out);
+/* Runs ids (T) at positions [pos, pos+T) over the cached [0, pos), writing
+ * their keys and values at [pos, pos+T); causal: each sees itself and what
+ * is before it, else the T see each other. logits: the last rows positions'
+ * (rows, V), or NULL when rows is 0. */
+dt_err dt_decoder_forward(dt_decoder d, dt_tensor ids, int64_t pos, int causal,
+                          int64_t rows, dt_tensor *logits);
+/* Number of CUDA graphs captured so far. */
+int64_t dt_decoder_graphs(dt_decoder d);
+void dt_decoder_free(dt_decoder d);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,112 @@
+package diffusion
+
+import (
+	"os"
+
+	"dllm/model"
+	"dllm/torch"
+)
+
+// engine runs one generation's forwards over its KV cache.
+type engine interface {
+	// forward runs ids after the committed context (causal, or with the
+	// ids seeing each other) and returns the logits of the last rows
+	// positions (rows, V), nil for rows 0. Their keys and values are
+	// cached, but only commit makes them context.
+	forward(ids []int64, causal bool, rows int) (*torch.Tensor, error)
+	commit(n int64) error
+	// room is how many positions the generation may still add.
+	room() int64
+	free()
+}
+
+// eagerEngine is Model.Forward over a KVCache: one shim call per sublayer.
+type eagerEngine struct {
+	m     *model.Model
+	cache *model.KVCache
+}
+
+func (e *eagerEngine) forward(ids []int64, causal bool, rows int) (*torch.Tensor, error) {
+	x := torch.FromSlice(ids, 1, int64(len(ids)))
+	if e.m.Device.CUDA {
+		cpu := x
+		x = cpu.To(torch.Int64, e.m.Device)
+		cpu.Free()
+	}
+	defer x.Free()
+	att := model.Attention{Kind: model.Bidirectional}
+	if causal {
+		att.Kind = model.Causal
+	}
+	o := model.ForwardOpts{Attention: att, Cache: e.cache}
+	if rows == 0 {
+		// The head is the largest matmul; a cache-only pass skips it.
+		h, err := e.m.Hidden(x, o)
+		h.Free()
+		return nil, err
+	}
+	o.LastN = rows
+	logits, err := e.m.Forward(x, o) // (1, rows, V)
+	if err != nil {
+		return nil, err
+	}
+	defer logits.Free()
+	return logits.Reshape(int64(rows), -1), nil
+}
+
+func (e *eagerEngine) commit(n int64) error { return e.cache.Commit(n) }
+func (e *eagerEngine) room() int64          { return e.cache.Max - e.cache.Len }
+func (e *eagerEngine) free()                { e.cache.Free() }
+
+// fastEngine is the model's Decoder, kept by the Sampler across
+// generations so that its KV cache and CUDA graphs are made once.
+type fastEngine struct {
+	d     *model.Decoder
+	limit int64 // the generation's positions
+}
+
+func (e *fastEngine) forward(ids []int64, causal bool, rows int) (*torch.Tensor, error) {
+	return e.d.Forward(ids, causal, rows)
+}
+
+func (e *fastEngine) commit(n int64) error { return e.d.Commit(n) }
+func (e *fastEngine) room() int64          { return e.limit - e.d.Len }
+func (e *fastEngine) free()                {}
+
+// minDecoderContext is the smallest KV cache a Sampler's decoder gets; it
+// grows in powers of two, dropping its graphs each time.
+const minDecoderContext = 4096
+
+// engine returns the engine for a generation of p: the decoder unless
+// s.Eager is set or $DLLM_ENGINE is "eager".
+func (s *Sampler) engine(p plan) (engine, error) {
+	if s.Eager || os.Getenv("DLLM_ENGINE") == "eager" {
+		cache, err := s.model.NewCache(1, p.cacheLen)
+		if err != nil {
+			return nil, err
+		}
+		return &eagerEngine{m: s.model, cache: cache}, nil
+	}
+	if s.dec == nil || s.dec.Max < int64(p.cacheLen) {
+		n := minDecoderContext
+		for n < p.cacheLen {
+			n *= 2
+		}
+		n = min(n, max(p.cacheLen, s.model.Config.MaxPositionEmbeddings))
+		s.dec.Free()
+		s.dec = nil
+		d, err := s.model.NewDecoder(n, max(p.block, 1))
+		if err != nil {
+			return nil, err
+		}
+		s.dec = d
+	}
+	s.dec.Reset()
+	return &fastEngine{d: s.dec, limit: int64(p.cacheLen)}, nil
+}
+
+// Close releases the sampler's decoder (its KV cache and CUDA graphs).
+func (s *Sampler) Close() {
+	s.dec.Free()
+	s.dec = nil
+}

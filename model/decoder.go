@@ -1,0 +1,125 @@
+package model
+
+import (
+	"fmt"
+
+	"dllm/torch"
+)
+
+// Decoder is the model's fast forward for decoding (torch.Decoder: the whole
+// forward in one shim call, FlashAttention and CUDA graphs on a GPU) with
+// its KV cache's bookkeeping. It gives the same logits as Forward over a
+// KVCache up to rounding. Batch 1; not safe for concurrent use.
+type Decoder struct {
+	m   *Model
+	d   *torch.Decoder
+	Len int64 // positions [0, Len) hold committed context
+	Max int64
+}
+
+// NewDecoder builds a decoder whose KV cache holds maxLen positions;
+// graphs > 0 lets it capture CUDA graphs for forwards of up to graphs
+// tokens. The first call fuses the model's projections (see fuse).
+func (m *Model) NewDecoder(maxLen, graphs int) (d *Decoder, err error) {
+	defer torch.Recover(&err)
+	if maxLen < 1 {
+		return nil, fmt.Errorf("decoder: context of %d positions", maxLen)
+	}
+	m.fuse()
+	cfg := m.Config
+	positions := torch.Arange(0, int64(maxLen), torch.Int64, m.Device)
+	defer positions.Free()
+	cos, sin := torch.RopeTables(m.invFreq, positions, cfg.RopeAttentionScale(), m.DType)
+	defer torch.Free(cos, sin)
+	spec := &torch.DecoderSpec{
+		Embed: m.Embed, Norm: m.Norm, Head: m.Head,
+		Heads: cfg.NumAttentionHeads, KVHeads: cfg.NumKeyValueHeads,
+		Eps: cfg.RMSNormEps, Cos: cos, Sin: sin, Graphs: graphs,
+	}
+	for i := range m.Layers {
+		l := &m.Layers[i]
+		spec.Layers = append(spec.Layers, torch.DecoderLayer{
+			AttnNorm: l.Attn.Norm, QKV: l.qkv, QKVBias: l.bqkv, O: l.Attn.O,
+			MLPNorm: l.MLP.Norm, GateUp: l.gateUp, Down: l.MLP.Down,
+		})
+	}
+	return &Decoder{m: m, d: torch.NewDecoder(spec), Max: int64(maxLen)}, nil
+}
+
+// fuse stacks each layer's Q, K and V weights (and biases) into one matrix
+// and gate and up into another, so a decoder reads its input once per
+// group; the model's own Q, K, V, Gate and Up become views of the stacked
+// matrices, so the weights are not held twice. It runs once per model.
+func (m *Model) fuse() {
+	for i := range m.Layers {
+		l := &m.Layers[i]
+		if l.qkv != nil {
+			continue
+		}
+		a, f := &l.Attn, &l.MLP
+		l.qkv = stack(&a.Q, &a.K, &a.V)
+		if a.BQ != nil {
+			l.bqkv = stack(&a.BQ, &a.BK, &a.BV)
+		}
+		l.gateUp = stack(&f.Gate, &f.Up)
+	}
+}
+
+// stack concatenates the tensors along dim 0 and replaces each with its
+// view of the result.
+func stack(ts ...**torch.Tensor) *torch.Tensor {
+	parts := make([]*torch.Tensor, len(ts))
+	for i, t := range ts {
+		parts[i] = *t
+	}
+	all := torch.Cat(0, parts...)
+	var at int64
+	for _, t := range ts {
+		n := (*t).Size(0)
+		(*t).Free()
+		*t = all.Narrow(0, at, n)
+		at += n
+	}
+	return all
+}
+
+// Forward runs ids after the committed context, writing their keys and
+// values at [Len, Len+len(ids)) (Len moves only on Commit), and returns
+// the logits of the last rows positions (rows, V), or nil for rows 0.
+func (d *Decoder) Forward(ids []int64, causal bool, rows int) (logits *torch.Tensor, err error) {
+	defer torch.Recover(&err)
+	T := int64(len(ids))
+	if T == 0 || d.Len+T > d.Max {
+		return nil, fmt.Errorf("decoder: %d positions from %d exceed the KV cache of %d", T, d.Len, d.Max)
+	}
+	x := torch.FromSlice(ids)
+	if d.m.Device.CUDA {
+		cpu := x
+		x = cpu.To(torch.Int64, d.m.Device)
+		cpu.Free()
+	}
+	defer x.Free()
+	return d.d.Forward(x, d.Len, causal, rows), nil
+}
+
+// Commit marks n more positions (written by the last Forward) as context.
+func (d *Decoder) Commit(n int64) error {
+	if n < 0 || d.Len+n > d.Max {
+		return fmt.Errorf("decoder: cannot commit %d positions at %d of %d", n, d.Len, d.Max)
+	}
+	d.Len += n
+	return nil
+}
+
+// Reset forgets the context: the next Forward starts at position 0.
+func (d *Decoder) Reset() { d.Len = 0 }
+
+// Graphs is the number of CUDA graphs captured so far.
+func (d *Decoder) Graphs() int { return d.d.Graphs() }
+
+// Free releases the KV cache and the graphs; a nil Decoder is fine.
+func (d *Decoder) Free() {
+	if d != nil {
+		d.d.Free()
+	}
+}

@@ -1,0 +1,133 @@
+package model
+
+import (
+	"testing"
+
+	"dllm/torch"
+)
+
+// decoderRows runs ids through d and returns their logit rows.
+func decoderRows(t *testing.T, d *Decoder, ids []int64, causal bool) [][]float64 {
+	t.Helper()
+	logits, err := d.Forward(ids, causal, len(ids))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logits.Free()
+	l := logits.Reshape(1, int64(len(ids)), -1)
+	defer l.Free()
+	return rows(t, l)
+}
+
+// The decoder's forward, in chunks over its own KV cache, gives
+// transformers' logits: causal for the clean context, and for a block
+// that sees itself (block-causal with the block at the end).
+func TestDecoderMatchesTransformers(t *testing.T) {
+	m, e := loadTiny(t)
+	defer m.Free()
+	d, err := m.NewDecoder(40, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Free()
+	ids := e.InputIDs
+	n := len(ids)
+	// 1. Causal, in three uneven chunks: every row is transformers' causal row.
+	var got [][]float64
+	for _, cut := range [][2]int{{0, 5}, {5, 6}, {6, n}} {
+		got = append(got, decoderRows(t, d, ids[cut[0]:cut[1]], true)...)
+		if err := d.Commit(int64(cut[1] - cut[0])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r := rowRelErr(got, e.CausalLogits); r > 1e-4 {
+		t.Errorf("causal: relative error %.2e against transformers", r)
+	}
+	// 2. The whole input as one block from position 0 is the bidirectional pass.
+	d.Reset()
+	if r := rowRelErr(decoderRows(t, d, ids, false), e.BidirectionalLogits); r > 1e-4 {
+		t.Errorf("bidirectional: relative error %.2e against transformers", r)
+	}
+	// 3. A block of 4 after a causal prefix is block-causal attention's last
+	//    block (checked against transformers above through Forward).
+	want := forward(t, m, ids, ForwardOpts{Attention: Attention{Kind: BlockCausal, Block: 4}})
+	d.Reset()
+	p := n - n%4
+	if p == n {
+		p = n - 4
+	}
+	for start := 0; start < p; start += 4 {
+		blk := ids[start : start+4]
+		// Denoising-style forward first: its keys are overwritten by the
+		// commit, which is what the sampler relies on.
+		if _, err := d.Forward(blk, false, 0); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.Forward(blk, false, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Commit(4); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r := rowRelErr(decoderRows(t, d, ids[p:], false), want[p:]); r > 1e-5 {
+		t.Errorf("last block over a block-causal prefix: %.2e from Forward", r)
+	}
+}
+
+// Stacked projections (QKV with biases, gate-up) give Forward's logits,
+// and Forward on the model still works after stacking.
+func TestDecoderWithBiasesMatchesForward(t *testing.T) {
+	cfg, err := LoadConfig(tinyDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.AttentionBias = true
+	m, err := NewRandom(cfg, LoadOptions{DType: torch.Float32}, 3, 0.05)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Free()
+	ids := []int64{3, 17, 42, 9, 100, 7, 64, 5, 11, 250}
+	want := forward(t, m, ids, ForwardOpts{Attention: Attention{Kind: Causal}})
+	d, err := m.NewDecoder(16, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Free()
+	if r := rowRelErr(decoderRows(t, d, ids, true), want); r > 1e-5 {
+		t.Errorf("decoder vs Forward: %.2e", r)
+	}
+	again := forward(t, m, ids, ForwardOpts{Attention: Attention{Kind: Causal}})
+	if r := rowRelErr(again, want); r > 1e-6 {
+		t.Errorf("Forward after stacking changed by %.2e", r)
+	}
+}
+
+func TestDecoderErrors(t *testing.T) {
+	m, _ := loadTiny(t)
+	defer m.Free()
+	if _, err := m.NewDecoder(0, 0); err == nil {
+		t.Error("a decoder for 0 positions should fail")
+	}
+	d, err := m.NewDecoder(8, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Free()
+	if _, err := d.Forward(make([]int64, 9), true, 0); err == nil {
+		t.Error("9 tokens in a context of 8 should fail")
+	}
+	if _, err := d.Forward(nil, true, 0); err == nil {
+		t.Error("no tokens should fail")
+	}
+	if _, err := d.Forward([]int64{1, 2}, true, 3); err == nil {
+		t.Error("3 logit rows of 2 tokens should fail")
+	}
+	if err := d.Commit(9); err == nil {
+		t.Error("committing past the end should fail")
+	}
+	if l, err := d.Forward([]int64{1, 2}, true, 0); err != nil || l != nil {
+		t.Errorf("rows 0: %v, %v; want nil, nil", l, err)
+	}
+}

@@ -1,0 +1,100 @@
+package torch
+
+/*
+#include <stdlib.h>
+#include "loader.h"
+*/
+import "C"
+
+import (
+	"runtime"
+	"unsafe"
+)
+
+// DecoderLayer is one layer's weights for NewDecoder, with the projections
+// that read the same input fused into one matrix each (rows stacked in HF
+// order): QKV ((H+2Hkv)·D, C) with its optional bias, and gate-up (2F, C).
+type DecoderLayer struct {
+	AttnNorm, QKV, QKVBias, O *Tensor
+	MLPNorm, GateUp, Down     *Tensor
+}
+
+// DecoderSpec describes the model a Decoder runs.
+type DecoderSpec struct {
+	Embed, Norm, Head *Tensor // (V, C), (C), (V, C)
+	Layers            []DecoderLayer
+	Heads, KVHeads    int
+	Eps               float64 // RMSNorm epsilon
+	Scale             float64 // attention scale; 0 means 1/sqrt(D)
+	Cos, Sin          *Tensor // RoPE tables (Max, D) in the model dtype: Max bounds the context
+	// Graphs > 0 captures CUDA graphs for query lengths up to Graphs (on
+	// their second use); ignored on the CPU.
+	Graphs int
+}
+
+// Decoder runs a whole Llama forward for decoding (batch 1) in one shim
+// call, over a KV cache it owns: the fast path of the sampler. On CUDA it
+// uses FlashAttention 2 and per-layer CUDA graphs. It holds references to
+// the weights it was given; it is not safe for concurrent use.
+type Decoder struct {
+	p C.dt_decoder
+}
+
+// NewDecoder builds a decoder and allocates its KV cache.
+func NewDecoder(s *DecoderSpec) *Decoder {
+	mustLoad()
+	ws := make([]C.dt_tensor, 0, 7*len(s.Layers))
+	keep := []*Tensor{s.Embed, s.Norm, s.Head, s.Cos, s.Sin}
+	for _, l := range s.Layers {
+		ws = append(ws, l.AttnNorm.h(), l.QKV.h(), opt(l.QKVBias), l.O.h(), l.MLPNorm.h(), l.GateUp.h(), l.Down.h())
+		keep = append(keep, l.AttnNorm, l.QKV, l.QKVBias, l.O, l.MLPNorm, l.GateUp, l.Down)
+	}
+	if len(ws) == 0 {
+		panic(&Error{Op: "decoder_new", Msg: "no layers"})
+	}
+	// ws is Go memory holding C pointers: copy it to C memory for the call.
+	n := C.size_t(len(ws)) * C.size_t(unsafe.Sizeof(ws[0]))
+	arr := (*C.dt_tensor)(C.malloc(n))
+	defer C.free(unsafe.Pointer(arr))
+	copy(unsafe.Slice(arr, len(ws)), ws)
+	var d C.dt_decoder
+	e := C.dtl_decoder_new(s.Embed.h(), s.Norm.h(), s.Head.h(), arr, C.int(len(s.Layers)),
+		C.int(s.Heads), C.int(s.KVHeads), C.double(s.Eps), C.double(s.Scale), s.Cos.h(), s.Sin.h(),
+		C.int(s.Graphs), &d)
+	runtime.KeepAlive(keep)
+	check("decoder_new", e)
+	return &Decoder{p: d}
+}
+
+// Forward runs ids (T) int64 on the decoder's device at positions
+// [pos, pos+T) after the cached [0, pos) and writes their keys and values
+// at [pos, pos+T). Causal attention lets each see itself and what is before
+// it; otherwise the T see each other too. It returns the logits of the last
+// rows positions (rows, V), or nil when rows is 0.
+func (d *Decoder) Forward(ids *Tensor, pos int64, causal bool, rows int) *Tensor {
+	mustLoad()
+	if d.p == nil {
+		panic(&Error{Op: "decoder_forward", Msg: "decoder is freed"})
+	}
+	var out C.dt_tensor
+	e := C.dtl_decoder_forward(d.p, ids.h(), C.int64_t(pos), cbool(causal), C.int64_t(rows), &out)
+	runtime.KeepAlive(ids)
+	check("decoder_forward", e)
+	if out == nil {
+		return nil
+	}
+	return wrap(out)
+}
+
+// Graphs is the number of CUDA graphs captured so far.
+func (d *Decoder) Graphs() int { return int(C.dtl_decoder_graphs(d.p)) }
+
+// Free releases the KV cache and graphs (the weights live on with their
+// other owners). Freeing twice is harmless.
+func (d *Decoder) Free() {
+	if d == nil || d.p == nil {
+		return
+	}
+	C.dtl_decoder_free(d.p)
+	d.p = nil
+}
