@@ -25,15 +25,31 @@ TORCH_INC := -I$(TORCH)/include -I$(TORCH)/include/torch/csrc/api/include \
 	-I$(CUDA_HOME)/include $(addprefix -I,$(NVIDIA)) -DDLLM_CUDA
 TORCH_LIB := -L$(TORCH)/lib -Wl,-rpath,$(TORCH)/lib -ltorch -ltorch_cpu -lc10 \
 	-Wl,--no-as-needed -ltorch_cuda -lc10_cuda -Wl,--as-needed
+# The decoder's CUDA kernels (torch/csrc/kernels.cu) need nvcc; without it the
+# shim is built without them and the decoder uses libtorch ops instead. They
+# link against the wheel's own CUDA runtime.
+NVCC ?= $(CUDA_HOME)/bin/nvcc
+NVCC_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
+ifneq ($(wildcard $(NVCC)),)
+KERNELS := build/kernels.o
+CUDART := $(firstword $(wildcard $(TORCH)/../nvidia/cu*/lib))
+TORCH_INC += -DDLLM_KERNELS
+TORCH_LIB += $(KERNELS) -L$(CUDART) -Wl,-rpath,$(CUDART) \
+	-l:$(notdir $(firstword $(wildcard $(CUDART)/libcudart.so.*)))
+endif
 endif
 
 .PHONY: all shim dllm test deps clean generate
 all: dllm shim
 
 shim: $(SHIM)
-$(SHIM): $(SHIM_SRC)
+$(SHIM): $(SHIM_SRC) $(KERNELS)
 	@mkdir -p bin
 	$(CXX) $(CXXFLAGS) $(TORCH_INC) -shared -o $@ torch/csrc/dllm_torch.cpp $(TORCH_LIB)
+
+build/kernels.o: torch/csrc/kernels.cu torch/csrc/kernels.h
+	@mkdir -p build
+	$(NVCC) -std=c++17 -O3 -Xcompiler -fPIC $(NVCC_ARCH) -c -o $@ $<
 
 dllm:
 	@mkdir -p bin

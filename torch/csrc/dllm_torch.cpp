@@ -27,6 +27,9 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
+#ifdef DLLM_KERNELS
+#include "kernels.h"
+#endif
 #endif
 
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 0)
@@ -674,7 +677,10 @@ dt_err dt_detach(dt_tensor t, dt_tensor *out) {
 //   - per-layer CUDA graphs ("piecewise", as vLLM does): everything between
 //     two attentions is one graph, captured once per query length T, with
 //     the input ids and positions in static buffers; attention runs eagerly
-//     between the graphs because its KV length changes every step.
+//     between the graphs because its KV length changes every step;
+//   - with nvcc (DLLM_KERNELS), RMSNorm, RoPE with the cache write and
+//     SiLU-mul as single kernels (kernels.cu); residual adds ride in the
+//     matmuls (addmm).
 
 namespace {
 
@@ -703,6 +709,7 @@ struct Decoder {
   int64_t H = 0, Hkv = 0, D = 0;
   double eps = 1e-6, scale = 0;
   bool flash = false;  // attention through FlashAttention 2
+  bool kernels = false; // RMSNorm, RoPE and SiLU-mul through kernels.cu
   int graphs = 0;      // capture graphs for query lengths up to this
   std::map<int64_t, int> seen; // forwards per query length, before capture
 #ifdef DLLM_CUDA
@@ -711,12 +718,42 @@ struct Decoder {
   at::cuda::MempoolId_t pool{0, 0};
 #endif
 
+#ifdef DLLM_KERNELS
+  static void check_launch(int err, const char *what) {
+    TORCH_CHECK(err == 0, "decoder: ", what, " kernel: ", cudaGetErrorString(static_cast<cudaError_t>(err)));
+  }
+  static void *stream() { return c10::cuda::getCurrentCUDAStream().stream(); }
+#endif
+
+  at::Tensor norm_(const at::Tensor &x, const at::Tensor &w) {
+#ifdef DLLM_KERNELS
+    if (kernels) {
+      auto out = at::empty_like(x);
+      check_launch(dtk_rms_norm(static_cast<int>(x.scalar_type()), x.data_ptr(), w.data_ptr(), out.data_ptr(),
+                                x.size(0), x.size(1), static_cast<float>(eps), stream()),
+                   "rms_norm");
+      return out;
+    }
+#endif
+    return rms_norm(x, w, eps);
+  }
+
   // pre is layer l's attention input: RMSNorm, fused QKV, RoPE; it writes the
   // keys and values of positions (T) into the cache and returns q (1, T, H, D).
   at::Tensor pre(DecLayer &ly, const at::Tensor &x, const at::Tensor &positions) {
     auto Tn = x.size(0);
-    auto h = rms_norm(x, ly.n1, eps);
+    auto h = norm_(x, ly.n1);
     auto qkv = ly.bqkv.defined() ? at::linear(h, ly.wqkv, ly.bqkv) : at::linear(h, ly.wqkv); // (T, (H+2Hkv)D)
+#ifdef DLLM_KERNELS
+    if (kernels) {
+      auto q = at::empty({Tn, H, D}, x.options());
+      check_launch(dtk_rope_qkv(static_cast<int>(x.scalar_type()), qkv.data_ptr(), cos.data_ptr(), sin.data_ptr(),
+                                positions.data_ptr<int64_t>(), q.data_ptr(), ly.kc.data_ptr(), ly.vc.data_ptr(), Tn,
+                                H, Hkv, D, stream()),
+                   "rope_qkv");
+      return q.unsqueeze(0);
+    }
+#endif
     auto q = qkv.narrow(1, 0, H * D).view({Tn, H, D});
     auto k = qkv.narrow(1, H * D, Hkv * D).view({Tn, Hkv, D});
     auto v = qkv.narrow(1, (H + Hkv) * D, Hkv * D).view({Tn, Hkv, D});
@@ -747,13 +784,24 @@ struct Decoder {
     return y.transpose(1, 2).reshape({Tn, H * D});
   }
 
-  // post is layer l's output projection and MLP on the residual stream x.
+  // post is layer l's output projection and MLP on the residual stream x;
+  // the residual adds ride in the matmuls (addmm with beta 1).
   at::Tensor post(DecLayer &ly, const at::Tensor &x, const at::Tensor &ao) {
-    auto y = x + at::linear(ao, ly.wo);
-    auto h = rms_norm(y, ly.n2, eps);
+    auto y = at::addmm(x, ao, ly.wo.t());
+    auto h = norm_(y, ly.n2);
     auto gu = at::linear(h, ly.wgu); // (T, 2F)
     auto F = gu.size(1) / 2;
-    return y + at::linear(at::silu(gu.narrow(1, 0, F)) * gu.narrow(1, F, F), ly.wdown);
+    at::Tensor a;
+#ifdef DLLM_KERNELS
+    if (kernels) {
+      a = at::empty({gu.size(0), F}, gu.options());
+      check_launch(dtk_silu_mul(static_cast<int>(gu.scalar_type()), gu.data_ptr(), a.data_ptr(), gu.size(0), F,
+                                stream()),
+                   "silu_mul");
+    }
+#endif
+    if (!a.defined()) a = at::silu(gu.narrow(1, 0, F)) * gu.narrow(1, F, F);
+    return at::addmm(y, a, ly.wdown.t());
   }
 
   // eager is the forward without graphs; it returns the final hidden states.
@@ -765,7 +813,7 @@ struct Decoder {
       auto q = pre(ly, x, positions);
       x = post(ly, x, attend(ly, q, pos, causal));
     }
-    return rms_norm(x, norm, eps);
+    return norm_(x, norm);
   }
 
 #ifdef DLLM_CUDA
@@ -786,7 +834,7 @@ struct Decoder {
       if (i < layers.size()) {
         c.q.push_back(pre(layers[i], x, c.pos));
       } else {
-        c.hn = rms_norm(x, norm, eps);
+        c.hn = norm_(x, norm);
       }
       c.x.push_back(x);
       g->capture_end();
@@ -883,6 +931,10 @@ dt_err dt_decoder_new(dt_tensor embed, dt_tensor norm, dt_tensor head, const dt_
     bool cuda = d->embed.is_cuda();
     auto st = d->embed.scalar_type();
     d->flash = cuda && (st == at::kBFloat16 || st == at::kHalf) && d->D % 8 == 0 && d->D <= 256;
+#ifdef DLLM_KERNELS
+    d->kernels = cuda && (st == at::kBFloat16 || st == at::kHalf) && d->D % 2 == 0 && d->D <= 2048 &&
+                 d->cos.is_contiguous() && d->cos.scalar_type() == st;
+#endif
 #ifdef DLLM_CUDA
     d->graphs = cuda ? graphs : 0;
 #endif

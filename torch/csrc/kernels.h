@@ -1,0 +1,33 @@
+// kernels.h: the shim's own CUDA kernels (kernels.cu, built with nvcc only
+// for CUDA builds), plain C so that dllm_torch.cpp needs no CUDA compiler.
+// Each launches on the given stream and returns a cudaError_t (0 = success).
+// dtype is DT_BF16 or DT_F16 (dllm_torch.h's codes).
+#ifndef DLLM_KERNELS_H
+#define DLLM_KERNELS_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// out (rows, C) = w * (x / sqrt(mean(x^2) + eps)), normalised in float32 and
+// rounded to the dtype before the scale, as HF's LlamaRMSNorm does.
+int dtk_rms_norm(int dtype, const void *x, const void *w, void *out, int64_t rows, int64_t C, float eps,
+                 void *stream);
+
+// From qkv (T, (H+2Hkv)D), the output of the fused projection: q (T, H, D)
+// with RoPE; keys with RoPE and values written to the caches (Max, Hkv, D)
+// at rows pos[t]. cos and sin (Max, D) are the tables in the dtype; the
+// arithmetic rounds where HF's x*cos + rotate_half(x)*sin does.
+int dtk_rope_qkv(int dtype, const void *qkv, const void *cos, const void *sin, const int64_t *pos, void *q,
+                 void *kcache, void *vcache, int64_t T, int64_t H, int64_t Hkv, int64_t D, void *stream);
+
+// out (T, F) = silu(gu[:, :F]) * gu[:, F:], rounding after the SiLU as
+// at::silu followed by a product does.
+int dtk_silu_mul(int dtype, const void *gu, void *out, int64_t T, int64_t F, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
