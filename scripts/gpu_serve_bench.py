@@ -6,8 +6,11 @@ them with `dllm convert`, starts `./serve.sh`, measures start-to-ready, then
 times chat completions of 1,000 and 8,000 generated tokens at the default
 threshold and at a threshold that commits whole blocks (fixed tokens per step),
 and `dllm generate --ar` (block 1, plain AR decoding) on the same weights.
+Last, issue #10's end-to-end point: `dllm bench decode --server` with exactly
+3 tokens committed per step (the tokens_per_step extension) over a long
+generation after a long prompt, and the server's GPU memory at that context.
 
-Usage: python3 scripts/gpu_serve_bench.py [--long 8000]
+Usage: python3 scripts/gpu_serve_bench.py [--long 8000] [--e2e-prompt 16000] [--e2e-tokens 16000]
 """
 import argparse, json, os, shutil, subprocess, sys, time, urllib.request
 
@@ -37,6 +40,8 @@ def health():
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--long", type=int, default=8000)
+    ap.add_argument("--e2e-prompt", type=int, default=16000)
+    ap.add_argument("--e2e-tokens", type=int, default=16000)
     a = ap.parse_args()
     rows = []
     ar, dm = "/tmp/minicpm-ar", "/tmp/minicpm-dllm"
@@ -80,6 +85,15 @@ def main():
         u = out["usage"]["completion_tokens"]
         rows.append((f"chat {n} tokens, {name}", f"{u} tokens in {dt:.1f} s = {u / dt:.0f} tok/s ({out['choices'][0]['finish_reason']})"))
         print(*rows[-1], flush=True)
+    out = subprocess.run(["bin/dllm", "bench", "decode", "--server", f"http://127.0.0.1:{PORT}",
+                          "--prompt-tokens", str(a.e2e_prompt), "--max-tokens", str(a.e2e_tokens),
+                          "--tokens-per-step", "3", "--requests", "1"], capture_output=True, text=True)
+    print(out.stdout, out.stderr, flush=True)
+    last = [l for l in out.stdout.splitlines() if l.strip()]
+    rows.append((f"bench --server: ~{a.e2e_prompt} prompt + {a.e2e_tokens} tokens, 3 per step", last[-1] if last else "failed"))
+    mem = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader"],
+                         capture_output=True, text=True).stdout.strip()
+    rows.append(("GPU memory of the server after it", mem.replace("\n", "; ")))
     srv.terminate()
     srv.wait(timeout=30)
 

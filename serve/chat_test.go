@@ -60,8 +60,19 @@ func TestChatDefaults(t *testing.T) {
 	// Explicit zero temperature (greedy) overrides a non-zero default.
 	resp, b = post(t, ts.URL+"/v1/chat/completions", `{"messages":[{"role":"user","content":"Hi"}],"temperature":0,"threshold":0.5}`)
 	decodeChat(t, resp, b)
-	if o := eng.lastOptions(); o.Temperature != 0 || o.Threshold != 0.5 {
+	if o := eng.lastOptions(); o.Temperature != 0 || o.Threshold != 0.5 || o.FixedCommit != 0 {
 		t.Errorf("options = %+v", o)
+	}
+	// The benchmark extension: a fixed number of commits per step.
+	resp, b = post(t, ts.URL+"/v1/chat/completions", `{"messages":[{"role":"user","content":"Hi"}],"tokens_per_step":3}`)
+	decodeChat(t, resp, b)
+	if o := eng.lastOptions(); o.FixedCommit != 3 || len(o.StopIDs) == 0 {
+		t.Errorf("tokens_per_step 3: options = %+v", o)
+	}
+	resp, b = post(t, ts.URL+"/v1/chat/completions", `{"messages":[{"role":"user","content":"Hi"}],"ignore_eos":true}`)
+	decodeChat(t, resp, b)
+	if o := eng.lastOptions(); len(o.StopIDs) != 0 {
+		t.Errorf("ignore_eos: stop ids %v", o.StopIDs)
 	}
 }
 

@@ -51,6 +51,7 @@ func TestBadRequests(t *testing.T) {
 		{"too many stops", "POST", "/v1/chat/completions", `{` + msgs + `,"stop":["a","b","c","d","e","f","g","h","i","j","k","l","m","n","o","p","q"]}`, 400, "stop", ""},
 		{"logprobs", "POST", "/v1/chat/completions", `{` + msgs + `,"logprobs":true}`, 400, "logprobs", ""},
 		{"threshold", "POST", "/v1/chat/completions", `{` + msgs + `,"threshold":0}`, 400, "threshold", ""},
+		{"tokens_per_step", "POST", "/v1/chat/completions", `{` + msgs + `,"tokens_per_step":0}`, 400, "tokens_per_step", ""},
 		{"enable_thinking string", "POST", "/v1/chat/completions", `{` + msgs + `,"chat_template_kwargs":{"enable_thinking":"yes"}}`, 400, "chat_template_kwargs.enable_thinking", ""},
 		{"kwargs not object", "POST", "/v1/chat/completions", `{` + msgs + `,"chat_template_kwargs":[1]}`, 400, "chat_template_kwargs", ""},
 		{"prompt too long", "POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"` + long + `"}]}`, 400, "messages", "context length"},

@@ -45,6 +45,15 @@ func (f *samplingFields) options(m *Model, promptLen, defaultMax int) (diffusion
 		}
 		o.Threshold = *th
 	}
+	if k := f.TokensPerStep; k != nil {
+		if *k < 1 || *k > maxTokensPerStep {
+			return o, nil, badRequest("tokens_per_step", fmt.Sprintf("tokens_per_step must be between 1 and %d, got %d", maxTokensPerStep, *k))
+		}
+		o.FixedCommit = int(*k)
+	}
+	if f.IgnoreEOS {
+		o.StopIDs = nil
+	}
 	if f.Seed != nil {
 		o.Seed = uint64(*f.Seed)
 	} else {

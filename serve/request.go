@@ -39,7 +39,18 @@ type samplingFields struct {
 	// Threshold is a dllm extension: the confidence above which a masked
 	// position is committed in a denoising step (lower is faster).
 	Threshold *float64 `json:"threshold"`
+	// TokensPerStep is a dllm extension for benchmarks: commit exactly
+	// this many positions per denoising step, whatever their confidence,
+	// so speed does not depend on the weights.
+	TokensPerStep *int64 `json:"tokens_per_step"`
+	// IgnoreEOS is vLLM's extension, for benchmarks: generate to the length
+	// limit through end-of-sequence tokens (stop strings still apply).
+	IgnoreEOS bool `json:"ignore_eos"`
 }
+
+// maxTokensPerStep bounds tokens_per_step; any value from the block size
+// up commits a whole block per step.
+const maxTokensPerStep = 4096
 
 // stopList is "stop": null, a string or a list of strings.
 type stopList []string

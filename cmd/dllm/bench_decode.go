@@ -34,7 +34,7 @@ func benchDecodeCommand() *cli.Command {
 		Name:  "decode",
 		Usage: "decode speed: the sampler's loop over a KV cache filled to each context, or a running server",
 		UsageText: `dllm bench decode (--config FILE | --model DIR) [--ctx 1k,8k,16k,32k] [--commit 1,2,4,8] [--ar] [options]
-dllm bench decode --server URL [--max-tokens N] [--prompt-tokens N] [--threshold X]`,
+dllm bench decode --server URL [--max-tokens N] [--prompt-tokens N] [--threshold X | --tokens-per-step K]`,
 		Description: `In-process: for each context C, a prompt of C random tokens is prefilled,
 then the diffusion sampler generates with exactly k tokens committed per
 denoising forward (--commit; diffusion.Options.FixedCommit), so the forward
@@ -66,9 +66,10 @@ See docs/performance.md.`,
 			&cli.IntFlag{Name: "max-tokens", Value: 256, Usage: "with --server: max_tokens per request"},
 			&cli.IntFlag{Name: "prompt-tokens", Value: 64, Usage: "with --server: prompt length, about this many tokens of words"},
 			&cli.FloatFlag{Name: "threshold", Usage: "with --server: dllm's threshold extension (not sent unless given)"},
+			&cli.IntFlag{Name: "tokens-per-step", Usage: "with --server: dllm's tokens_per_step extension, exactly K tokens committed per denoising step (not sent unless given)"},
 			&cli.FloatFlag{Name: "temperature", Usage: "with --server: sampling temperature"},
 			&cli.IntFlag{Name: "requests", Value: 3, Usage: "with --server: timed requests (after one short warm-up)"},
-			&cli.BoolFlag{Name: "ignore-eos", Value: true, Usage: "with --server: send ignore_eos (vLLM's extension; dllm ignores it) so every request runs to max_tokens"},
+			&cli.BoolFlag{Name: "ignore-eos", Value: true, Usage: "with --server: send ignore_eos (vLLM's extension, which dllm serve honours too) so every request runs to max_tokens"},
 			&cli.DurationFlag{Name: "timeout", Value: 10 * time.Minute, Usage: "with --server: limit per request"},
 		},
 		Action: benchDecode,
@@ -472,6 +473,9 @@ func benchDecodeServer(ctx context.Context, c *cli.Command) error {
 	}
 	if name != "" {
 		body["model"] = name
+	}
+	if c.IsSet("tokens-per-step") {
+		body["tokens_per_step"] = c.Int("tokens-per-step")
 	}
 	if c.IsSet("threshold") {
 		body["threshold"] = c.Float("threshold")
