@@ -11,7 +11,7 @@ GO ?= go
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 
 SHIM := bin/libdllmtorch.so
-SHIM_SRC := torch/csrc/dllm_torch.cpp torch/csrc/dllm_torch.h
+SHIM_SRC := torch/csrc/dllm_torch.cpp torch/csrc/dist.cpp torch/csrc/dllm_torch.h
 CXXFLAGS := -std=c++17 -O2 -fPIC -Wall -Wno-unused-function
 
 ifeq ($(TORCH),)
@@ -20,7 +20,8 @@ TORCH_LIB := -ltorch -ltorch_cpu -lc10
 else
 # The wheel's CUDA libraries must be linked even though the shim names none of
 # their symbols: without them no CUDA kernel is registered (--no-as-needed).
-NVIDIA := $(wildcard $(TORCH)/../nvidia/cu*/include)
+# NCCL's header (the wheel's nvidia/nccl) lets dist.cpp build ProcessGroupNCCL.
+NVIDIA := $(wildcard $(TORCH)/../nvidia/cu*/include $(TORCH)/../nvidia/nccl/include)
 TORCH_INC := -I$(TORCH)/include -I$(TORCH)/include/torch/csrc/api/include \
 	-I$(CUDA_HOME)/include $(addprefix -I,$(NVIDIA)) -DDLLM_CUDA
 TORCH_LIB := -L$(TORCH)/lib -Wl,-rpath,$(TORCH)/lib -ltorch -ltorch_cpu -lc10 \
@@ -45,7 +46,7 @@ all: dllm shim
 shim: $(SHIM)
 $(SHIM): $(SHIM_SRC) $(KERNELS)
 	@mkdir -p bin
-	$(CXX) $(CXXFLAGS) $(TORCH_INC) -shared -o $@ torch/csrc/dllm_torch.cpp $(TORCH_LIB)
+	$(CXX) $(CXXFLAGS) $(TORCH_INC) -shared -o $@ torch/csrc/dllm_torch.cpp torch/csrc/dist.cpp $(TORCH_LIB)
 
 build/kernels.o: torch/csrc/kernels.cu torch/csrc/kernels.h
 	@mkdir -p build
@@ -59,14 +60,16 @@ dllm:
 generate:
 	cd torch && $(GO) run ./internal/genloader
 
-# deps installs libtorch (CPU) and OpenBLAS from apt when they are missing,
+# deps installs libtorch (CPU), Gloo's headers and OpenBLAS from apt when they are missing,
 # and node/npm for the serve end-to-end test.
 deps:
-	@if [ ! -e /usr/include/torch/csrc/api/include/torch/torch.h ] || ! ldconfig -p | grep -q libopenblas; then \
-		echo "installing libtorch-dev and OpenBLAS with apt-get"; \
+	@# libgloo-dev: the headers of libtorch's Gloo process group (CPU data-parallel tests).
+	@if [ ! -e /usr/include/torch/csrc/api/include/torch/torch.h ] || ! ldconfig -p | grep -q libopenblas \
+		|| [ ! -e /usr/include/gloo/context.h ]; then \
+		echo "installing libtorch-dev, libgloo-dev and OpenBLAS with apt-get"; \
 		SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends \
-			libtorch-dev libopenblas0-pthread g++ make >/dev/null; \
+			libtorch-dev libgloo-dev libopenblas0-pthread g++ make >/dev/null; \
 	fi
 	@# node and npm run the serve end-to-end test (test/e2e, the openai npm client).
 	@if ! command -v node >/dev/null 2>&1; then \

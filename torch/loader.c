@@ -151,6 +151,18 @@ static int64_t (*p_decoder_graphs)(dt_decoder d);
 int64_t dtl_decoder_graphs(dt_decoder d) { return p_decoder_graphs(d); }
 static void (*p_decoder_free)(dt_decoder d);
 void dtl_decoder_free(dt_decoder d) { p_decoder_free(d); }
+static int (*p_dist_available)(const char *backend);
+int dtl_dist_available(const char *backend) { return p_dist_available(backend); }
+static dt_err (*p_dist_init)(const char *backend, const char *addr, int port, int host_store, const char *prefix, int rank, int world, int device_type, int device_index, int64_t timeout_ms, dt_dist *out);
+dt_err dtl_dist_init(const char *backend, const char *addr, int port, int host_store, const char *prefix, int rank, int world, int device_type, int device_index, int64_t timeout_ms, dt_dist *out) { return p_dist_init(backend, addr, port, host_store, prefix, rank, world, device_type, device_index, timeout_ms, out); }
+static dt_err (*p_dist_allreduce)(dt_dist g, const dt_tensor *ts, int n, int grads, int64_t bucket_bytes);
+dt_err dtl_dist_allreduce(dt_dist g, const dt_tensor *ts, int n, int grads, int64_t bucket_bytes) { return p_dist_allreduce(g, ts, n, grads, bucket_bytes); }
+static dt_err (*p_dist_broadcast)(dt_dist g, const dt_tensor *ts, int n, int root, int64_t bucket_bytes);
+dt_err dtl_dist_broadcast(dt_dist g, const dt_tensor *ts, int n, int root, int64_t bucket_bytes) { return p_dist_broadcast(g, ts, n, root, bucket_bytes); }
+static dt_err (*p_dist_barrier)(dt_dist g);
+dt_err dtl_dist_barrier(dt_dist g) { return p_dist_barrier(g); }
+static void (*p_dist_free)(dt_dist g);
+void dtl_dist_free(dt_dist g) { p_dist_free(g); }
 
 const char *dtl_open(const char *path) {
   void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
@@ -245,5 +257,11 @@ const char *dtl_open(const char *path) {
   RESOLVE(decoder_forward)
   RESOLVE(decoder_graphs)
   RESOLVE(decoder_free)
+  RESOLVE(dist_available)
+  RESOLVE(dist_init)
+  RESOLVE(dist_allreduce)
+  RESOLVE(dist_broadcast)
+  RESOLVE(dist_barrier)
+  RESOLVE(dist_free)
   return NULL;
 }

@@ -93,6 +93,24 @@ func (d *DataConfig) UnmarshalYAML(n *yaml.Node) error {
 	return n.Decode((*plain)(d))
 }
 
+// DistillConfig is the optional distillation term (docs/training.md): a
+// frozen teacher reads each clean sequence causally, as an AR model reads
+// text, and its next-token distributions are soft targets for the masked
+// positions.
+type DistillConfig struct {
+	// Teacher is the teacher's model directory; "" (default) is the run's
+	// starting model (model), which for a run on `dllm convert`'s output
+	// holds the AR original's weights. Its vocab_size must be the
+	// student's.
+	Teacher string `yaml:"teacher" json:"teacher"`
+	// Weight multiplies the term; 0 (default) turns distillation off and
+	// loads no teacher.
+	Weight float64 `yaml:"weight" json:"weight"`
+	// Temperature T divides both models' logits; the term is scaled by
+	// T^2 so that its gradients keep their size as T changes. Default 1.
+	Temperature float64 `yaml:"temperature" json:"temperature"`
+}
+
 // checkKeys reports a mapping key that is no yaml tag of t.
 func checkKeys(n *yaml.Node, t reflect.Type) error {
 	if n.Kind != yaml.MappingNode {
@@ -159,6 +177,9 @@ type Config struct {
 	// mask = causal OR (u < p), p rising linearly from 0 to 1 over these
 	// steps (DiffuLLaMA). 0 (default): bidirectional from the start.
 	AnnealSteps int `yaml:"anneal_steps" json:"anneal_steps"`
+	// Distill adds weight x the mean KL(teacher || student) over the
+	// masked targets. Default off.
+	Distill DistillConfig `yaml:"distill" json:"distill"`
 
 	// Steps is the number of optimizer steps. Required.
 	Steps int `yaml:"steps" json:"steps"`
@@ -252,6 +273,7 @@ func DefaultConfig() Config {
 		Shift:           true,
 		Complementary:   true,
 		TFloor:          0.1,
+		Distill:         DistillConfig{Temperature: 1},
 		MicroBatch:      1,
 		GradAccum:       1,
 		LR:              2e-5,
@@ -393,6 +415,15 @@ func (c *Config) Validate() error {
 	}
 	if c.AnnealSteps > 0 && c.Objective != ObjectiveMDM {
 		bad("anneal_steps: attention annealing belongs to the mdm objective")
+	}
+	if !(c.Distill.Weight >= 0) || math.IsInf(c.Distill.Weight, 0) {
+		bad("distill.weight %v: want a finite value >= 0 (0: off)", c.Distill.Weight)
+	}
+	if !(c.Distill.Temperature > 0) || math.IsInf(c.Distill.Temperature, 0) {
+		bad("distill.temperature %v: want a finite value > 0", c.Distill.Temperature)
+	}
+	if c.Distill.Weight > 0 && c.Distill.Teacher == "" && c.Init == InitRandom {
+		bad("distill.teacher: init: random has no starting model to distill from; name a teacher model directory")
 	}
 	if c.Steps < 1 {
 		bad("steps %d: want at least 1", c.Steps)

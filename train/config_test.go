@@ -82,6 +82,15 @@ func TestConfigParse(t *testing.T) {
 		{"anneal needs mdm", valid + "anneal_steps: 10\n", "belongs to the mdm objective", nil},
 		{"no steps", "model: m\ndata: {train: d}\n", "steps 0", nil},
 		{"bad dtype", valid + "dtype: fp8\n", `dtype "fp8"`, nil},
+		{"distill off by default", valid, "", func(c *Config) bool { return c.Distill == DistillConfig{Temperature: 1} }},
+		{"distill partial mapping", valid + "distill: {weight: 0.5}\n", "", func(c *Config) bool {
+			return c.Distill.Weight == 0.5 && c.Distill.Temperature == 1 && c.teacherDir() == "m"
+		}},
+		{"distill teacher", valid + "distill: {teacher: ar, weight: 1, temperature: 2}\n", "", func(c *Config) bool { return c.teacherDir() == "ar" }},
+		{"distill unknown key", valid + "distill: {wieght: 1}\n", "field wieght not found", nil},
+		{"distill negative weight", valid + "distill: {weight: -1}\n", "distill.weight -1", nil},
+		{"distill temperature 0", valid + "distill: {weight: 1, temperature: 0}\n", "distill.temperature 0", nil},
+		{"distill random init needs a teacher", "model_config: c.json\ninit: random\nsteps: 10\nseq_len: 8\ndata: synthetic\ndistill: {weight: 1}\n", "init: random has no starting model", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := DefaultConfig()
@@ -152,15 +161,15 @@ func TestPresets(t *testing.T) {
 
 func TestSet(t *testing.T) {
 	c := DefaultConfig()
-	for _, kv := range []string{"lr=0.5", "data.eval=held", "block_schedule=[{step: 0, size: 2}]", "data.train=d"} {
+	for _, kv := range []string{"lr=0.5", "data.eval=held", "block_schedule=[{step: 0, size: 2}]", "data.train=d", "distill.weight=0.25"} {
 		if err := c.Set(kv); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if c.LR != 0.5 || c.Data.Eval != "held" || c.Data.Train != "d" || !c.Data.Shuffle || c.BlockSizeAt(5) != 2 {
+	if c.LR != 0.5 || c.Data.Eval != "held" || c.Data.Train != "d" || !c.Data.Shuffle || c.BlockSizeAt(5) != 2 || c.Distill != (DistillConfig{Weight: 0.25, Temperature: 1}) {
 		t.Fatalf("after --set: %+v", c)
 	}
-	for _, kv := range []string{"lr", "=1", "lrate=1", "data.nope=1", "lr=abc"} {
+	for _, kv := range []string{"lr", "=1", "lrate=1", "data.nope=1", "lr=abc", "distill.nope=1"} {
 		if err := c.Set(kv); err == nil {
 			t.Errorf("--set %q accepted", kv)
 		}

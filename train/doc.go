@@ -13,6 +13,10 @@
 //   - mdm: full-sequence masked diffusion with bidirectional attention inside
 //     each document, optionally annealed from causal (DiffuLLaMA).
 //
+// Optionally (distill.weight > 0, distill.go) a frozen AR teacher reads the
+// clean sequences causally and its next-token distributions are soft
+// targets for the masked positions: a KL term beside the cross-entropy.
+//
 // All randomness that shapes a batch (data order, noise levels, masks) comes
 // from Go's PCG generators, whose state is saved in checkpoints, so a resumed
 // run is bit-identical to an uninterrupted one.

@@ -15,6 +15,7 @@ type net struct {
 	ckpt    bool         // recompute layers in the backward pass
 	chunk   int          // loss_chunk_rows
 	invFreq *torch.Tensor
+	distill *distiller // the frozen teacher; nil without distillation
 }
 
 func newNet(m *model.Model, dtype torch.DType, ckpt bool, chunk int) *net {
@@ -28,7 +29,10 @@ func newNet(m *model.Model, dtype torch.DType, ckpt bool, chunk int) *net {
 	return &net{m: m, dtype: dtype, ckpt: ckpt, chunk: chunk, invFreq: cpu.To(torch.Float32, m.Device)}
 }
 
-func (n *net) free() { n.invFreq.Free() }
+func (n *net) free() {
+	n.invFreq.Free()
+	n.distill.free()
+}
 
 // view is the model as the forward computes with it: the master itself in
 // float32; otherwise a shallow copy whose weights are w.To(dtype), recorded
@@ -164,18 +168,24 @@ func (n *net) hidden(v *model.Model, in inputs) (h *torch.Tensor, finish func())
 // (N, C), computed rows-chunk by rows-chunk so that at most chunk x vocab
 // logits exist at once, the cross-entropy in float32. With backward, each
 // chunk's loss is backpropagated at once (into hd's grad and the head's).
-func (n *net) headLoss(head, hd *torch.Tensor, t *targets, scale float64, backward bool) float64 {
+// With dt (distillation, rows of hd = dt's targets) each chunk's loss also
+// gets the distillation term of its rows, from the same float32 logits;
+// that part is returned on its own as distill.
+func (n *net) headLoss(head, hd *torch.Tensor, t *targets, scale float64, backward bool, dt *distillTargets) (total, distill float64) {
 	N := int64(len(t.rows))
 	if N == 0 {
-		return 0
+		return 0, 0
 	}
 	dev := n.m.Device
 	ids := toDevice(torch.FromSlice(t.ids), dev)   // (N)
 	w := toDevice(torch.FromSlice(t.weights), dev) // (N)
 	defer torch.Free(ids, w)
-	total := 0.0
 	for s := int64(0); s < N; s += int64(n.chunk) {
 		k := min(int64(n.chunk), N-s)
+		var soft softTargets
+		if dt != nil {
+			soft = dt.soft(s, k) // (k, V): first, so that the teacher's logits are gone before the student's exist
+		}
 		hc := hd.Narrow(0, s, k)                                 // (k, C)
 		logits := torch.Linear(hc, head, nil)                    // (k, V)
 		lf := logits.To(torch.Float32, dev)                      // (k, V) float32
@@ -184,26 +194,39 @@ func (n *net) headLoss(head, hd *torch.Tensor, t *targets, scale float64, backwa
 		wce := ce.Mul(wc)                                        // (k)
 		sum := wce.SumAll()                                      // ()
 		l := sum.MulScalar(scale)                                // ()
+		total += l.Item()
+		if dt != nil {
+			dl := dt.loss(soft, lf, s, k) // ()
+			distill += dl.Item()
+			both := l.Add(dl)
+			torch.Free(l, dl)
+			soft.free()
+			l = both
+		}
+		// Autograd keeps what the backward pass reads (the log-softmax
+		// outputs, the teacher's p), not the logits themselves: freeing them
+		// first keeps two (k, V) tensors out of the backward's peak.
+		torch.Free(logits, lf)
 		if backward {
 			l.Backward()
 		}
-		total += l.Item()
-		torch.Free(hc, logits, lf, tc, wc, ce, wce, sum, l)
+		torch.Free(hc, tc, wc, ce, wce, sum, l)
 	}
-	return total
+	return total, distill
 }
 
 // lossParts are one micro-batch's losses, already divided by the step's
-// normaliser.
-type lossParts struct{ diff, ar float64 }
+// normalisers.
+type lossParts struct{ diff, ar, distill float64 }
 
 // trainMicro runs one micro-batch forward and backward: it adds to the
 // master weights' gradients the gradient of
 //
 //	(sum_diff w_i CE_i + sum_ar w_i CE_i) / norm
+//	  + weight * T^2 * sum_diff KL_i / distillNorm      (with distillation)
 //
-// and returns the two sums divided by norm.
-func (n *net) trainMicro(mb *microBatch, base *torch.Tensor, norm float64) (lp lossParts, err error) {
+// and returns the three parts.
+func (n *net) trainMicro(mb *microBatch, base *torch.Tensor, norm, distillNorm float64) (lp lossParts, err error) {
 	defer torch.Recover(&err)
 	nd, na := len(mb.diff.rows), len(mb.ar.rows)
 	if nd+na == 0 {
@@ -211,23 +234,27 @@ func (n *net) trainMicro(mb *microBatch, base *torch.Tensor, norm float64) (lp l
 	}
 	v, release := n.view()
 	defer release()
+	// 1. The teacher's hidden states for the diff targets (NoGrad; nil
+	// without distillation), before the student's activations exist.
+	dt := n.distill.targets(mb, distillNorm)
+	defer dt.free()
 	in := upload(mb, base, n.m.Device)
 	defer in.free()
-	// 1. Forward to the final hidden states.
+	// 2. Forward to the final hidden states.
 	h, finish := n.hidden(v, in) // (B, T, C)
 	C := h.Size(2)
-	// 2. Gather the rows that predict a target: (nd+na, C).
+	// 3. Gather the rows that predict a target: (nd+na, C).
 	flat := h.Reshape(int64(mb.B*mb.T), C)
 	rows := toDevice(torch.FromSlice(append(append([]int64(nil), mb.diff.rows...), mb.ar.rows...)), n.m.Device)
 	hsel := flat.IndexSelect(0, rows)
 	torch.Free(flat, rows, h)
-	// 3. The head and the loss, chunk by chunk, backpropagated into hd.
+	// 4. The head and the loss, chunk by chunk, backpropagated into hd.
 	hd := hsel.Detach().SetRequiresGrad(true)
 	dpart, apart := hd.Narrow(0, 0, int64(nd)), hd.Narrow(0, int64(nd), int64(na))
-	lp.diff = n.headLoss(v.Head, dpart, &mb.diff, 1/norm, true)
-	lp.ar = n.headLoss(v.Head, apart, &mb.ar, 1/norm, true)
+	lp.diff, lp.distill = n.headLoss(v.Head, dpart, &mb.diff, 1/norm, true, dt)
+	lp.ar, _ = n.headLoss(v.Head, apart, &mb.ar, 1/norm, true, nil)
 	torch.Free(dpart, apart)
-	// 4. On through the body.
+	// 5. On through the body.
 	g := hd.Grad()
 	hsel.BackwardGrad(g)
 	torch.Free(g, hd, hsel)
@@ -260,7 +287,7 @@ func (n *net) evalMicro(mb *microBatch, base *torch.Tensor, norm float64) (lp lo
 			}
 			rows := toDevice(torch.FromSlice(part.t.rows), n.m.Device)
 			hs := flat.IndexSelect(0, rows)
-			*part.out = n.headLoss(v.Head, hs, part.t, 1/norm, false)
+			*part.out, _ = n.headLoss(v.Head, hs, part.t, 1/norm, false, nil)
 			torch.Free(rows, hs)
 		}
 		torch.Free(flat, h)

@@ -32,6 +32,9 @@ type Options struct {
 	// Train and Eval, when set, replace the configured data (tests, toy
 	// runs); the trainer closes neither.
 	Train, Eval Source
+	// Dist, when set, makes this process one rank of a data-parallel job
+	// (train/dist.go).
+	Dist *Dist
 
 	// afterStep, when set, is called after each optimizer step (tests).
 	afterStep func(step int)
@@ -73,6 +76,8 @@ type trainer struct {
 	pcg   *rand.PCG
 	rng   *rand.Rand
 	state State
+
+	group *torch.Group // data-parallel ranks; nil alone
 
 	baseKey  string
 	base     *torch.Tensor
@@ -129,6 +134,9 @@ func newTrainer(cfg Config, o Options) (_ *trainer, err error) {
 	if t.dev, err = resolveDevice(cfg.Device); err != nil {
 		return nil, err
 	}
+	if err := t.join(); err != nil {
+		return nil, err
+	}
 	if cfg.Threads > 0 && !t.dev.CUDA {
 		torch.SetNumThreads(cfg.Threads)
 	}
@@ -137,28 +145,15 @@ func newTrainer(cfg Config, o Options) (_ *trainer, err error) {
 		dtype = torch.BFloat16
 	}
 	t.cfg.DType = dtype.String()
-	// 2. Checkpoints: a fresh run never mixes with an old one.
-	root := filepath.Join(cfg.Out, checkpointsDir)
-	removeStaleTemps(root)
+	// 2. and 3. Checkpoints, model config and diffusion settings: rank 0
+	// looks, the other ranks follow it.
 	var resumeDir string
-	if o.Resume {
-		var st *State
-		if resumeDir, st, err = LatestCheckpoint(root, t.warn); err != nil {
-			return nil, err
-		}
-		if resumeDir == "" {
-			t.logf("no checkpoint in %s to resume from; starting at step 0", root)
-		} else {
-			t.state = *st
-			t.lastCkpt = resumeDir
-		}
-	} else if dirs, err := listCheckpoints(root); err != nil {
-		return nil, err
-	} else if len(dirs) > 0 {
-		return nil, fmt.Errorf("train: %s already holds checkpoints (newest %s): pass --resume to continue from it, or choose another --out", root, filepath.Base(dirs[0]))
+	var leadErr error
+	if t.leads() {
+		resumeDir, leadErr = t.start()
 	}
-	// 3. Model config and diffusion settings.
-	if err := t.loadSettings(resumeDir); err != nil {
+	resuming, err := t.follow(resumeDir != "", leadErr)
+	if err != nil {
 		return nil, err
 	}
 	mcfg, err := model.ParseConfig(t.modelConfig)
@@ -172,6 +167,8 @@ func newTrainer(cfg Config, o Options) (_ *trainer, err error) {
 	lo := model.LoadOptions{Device: t.dev, DType: torch.Float32}
 	var m *model.Model
 	switch {
+	case !t.leads():
+		m, err = model.NewRandom(mcfg, lo, cfg.Seed, 0.02) // replaced by rank 0's (syncWeights)
 	case resumeDir != "":
 		m, err = model.Load(resumeDir, lo)
 	case cfg.Init == InitRandom:
@@ -184,6 +181,12 @@ func newTrainer(cfg Config, o Options) (_ *trainer, err error) {
 	}
 	t.closers = append(t.closers, closerFunc(func() error { m.Free(); return nil }))
 	t.net = newNet(m, dtype, cfg.CheckpointLayers, cfg.LossChunkRows)
+	if t.net.distill, err = newDistiller(&t.cfg, mcfg, t.dev, dtype); err != nil {
+		return nil, err
+	}
+	if d := t.net.distill; d != nil {
+		t.logf("distilling from %s (%s parameters, frozen): weight %g, temperature %g", d.dir, siCount(float64(d.m.Config.NumParams())), d.weight, d.temp)
+	}
 	t.flops = newFlopsModel(mcfg)
 	t.params = namedParams(m)
 	// 5. AdamW: weight decay on 2-d weights only, never on norms or biases.
@@ -205,28 +208,56 @@ func newTrainer(cfg Config, o Options) (_ *trainer, err error) {
 		if err := restoreMoments(resumeDir, t.params, t.opts); err != nil {
 			return nil, err
 		}
+	}
+	if resuming {
 		t.opts[0].Steps, t.opts[1].Steps = t.state.AdamSteps[0], t.state.AdamSteps[1]
 	}
+	t.syncWeights(resuming)
 	// 6. Data.
 	if err := t.openData(mcfg.VocabSize); err != nil {
 		return nil, err
 	}
 	// 7. Noise generator: fresh from the seed, or where the checkpoint left it.
 	t.pcg = rand.NewPCG(cfg.Seed, 0x6e6f697365)
-	if resumeDir != "" {
+	if resuming {
 		if err := t.pcg.UnmarshalBinary(t.state.RNG); err != nil {
-			return nil, fmt.Errorf("train: checkpoint %s: rng state: %w", resumeDir, err)
+			return nil, fmt.Errorf("train: checkpoint at step %d: rng state: %w", t.state.Step, err)
 		}
 		t.loader.pos = t.state.DataPosition
 	}
 	t.rng = rand.New(t.pcg)
-	if resumeDir == "" && (cfg.Init == InitPretrained || fileExists(cfg.Model)) {
+	if !resuming && (cfg.Init == InitPretrained || fileExists(cfg.Model)) {
 		// Where export finds the tokenizer; a random init may name a model
 		// directory that does not exist.
 		t.state.SourceModel = cfg.Model
 	}
 	t.state.ConfigHash = t.cfg.Hash()
 	return t, nil
+}
+
+// start finds the checkpoint to resume from (a fresh run never mixes with
+// an old one) and loads the model config and diffusion settings; "" when
+// the run starts at step 0.
+func (t *trainer) start() (resumeDir string, err error) {
+	root := filepath.Join(t.cfg.Out, checkpointsDir)
+	removeStaleTemps(root)
+	if t.o.Resume {
+		var st *State
+		if resumeDir, st, err = LatestCheckpoint(root, t.warn); err != nil {
+			return "", err
+		}
+		if resumeDir == "" {
+			t.logf("no checkpoint in %s to resume from; starting at step 0", root)
+		} else {
+			t.state = *st
+			t.lastCkpt = resumeDir
+		}
+	} else if dirs, err := listCheckpoints(root); err != nil {
+		return "", err
+	} else if len(dirs) > 0 {
+		return "", fmt.Errorf("train: %s already holds checkpoints (newest %s): pass --resume to continue from it, or choose another --out", root, filepath.Base(dirs[0]))
+	}
+	return resumeDir, t.loadSettings(resumeDir)
 }
 
 // loadSettings reads the model config and dllm.json: from the checkpoint
@@ -359,6 +390,7 @@ func (t *trainer) close() {
 	if t.metrics != nil {
 		t.metrics.close()
 	}
+	t.group.Close()
 }
 
 // spec is the batch layout of step s.
@@ -386,6 +418,7 @@ func (t *trainer) baseMask(bs int) *torch.Tensor {
 // stepStats is what one optimizer step reports.
 type stepStats struct {
 	loss, arLoss, gradNorm float64
+	distill                float64 // the distillation part of loss
 	flops                  float64
 	tokens                 int64
 }
@@ -402,9 +435,10 @@ func (t *trainer) step() (st stepStats, err error) {
 	}
 	base := t.baseMask(bs)
 	// 2. Draw the step's micro-batches and noise them (host, Go RNG); the
-	// loss is normalised by the targets of the whole step.
+	// loss is normalised by the targets of the whole step, the
+	// distillation term by those of its targets that have a teacher row.
 	mbs := make([]*microBatch, c.GradAccum)
-	norm := 0
+	norm, dnorm := 0, 0
 	for k := range mbs {
 		seqs := make([]sequence, c.MicroBatch)
 		for i := range seqs {
@@ -412,17 +446,23 @@ func (t *trainer) step() (st stepStats, err error) {
 		}
 		mbs[k] = buildBatch(t.spec(s, bs), seqs, t.rng)
 		norm += mbs[k].eligible
+		dnorm += mbs[k].distilled
 		st.tokens += int64(len(seqs) * t.seqLen)
 	}
-	// 3. Forward and backward, accumulating gradients in the master weights.
-	for _, mb := range mbs {
-		lp, err := t.net.trainMicro(mb, base, float64(max(norm, 1)))
+	// 3. Forward and backward, accumulating gradients in the master weights
+	// (this rank's share of the micro-batches, then the sum over ranks).
+	for _, mb := range t.mine(mbs) {
+		lp, err := t.net.trainMicro(mb, base, float64(max(norm, 1)), float64(max(dnorm, 1)))
 		if err != nil {
 			return st, err
 		}
-		st.loss += lp.diff + lp.ar
+		st.loss += lp.diff + lp.ar + lp.distill
 		st.arLoss += lp.ar
-		st.flops += t.flops.of(mb)
+		st.distill += lp.distill
+		st.flops += t.flops.of(mb) + t.net.distill.flopsOf(mb)
+	}
+	if err := t.reduce(&st); err != nil {
+		return st, err
 	}
 	// 4. Clip, update, clear.
 	clip := c.GradClip
@@ -469,14 +509,18 @@ func (t *trainer) evaluate() (loss float64, err error) {
 		mbs = append(mbs, mb)
 		norm += mb.eligible
 	}
-	for _, mb := range mbs {
+	for _, mb := range t.mine(mbs) {
 		lp, err := t.net.evalMicro(mb, base, float64(max(norm, 1)))
 		if err != nil {
 			return 0, err
 		}
 		loss += lp.diff + lp.ar
 	}
-	return loss, nil
+	v, err := t.sum(loss) // over the ranks' shares
+	if err != nil {
+		return 0, err
+	}
+	return v[0], nil
 }
 
 // sample generates SampleTokens after SamplePrompt with the diffusion
@@ -542,11 +586,13 @@ func (t *trainer) checkpoint() error {
 // run is the training loop.
 func (t *trainer) run(ctx context.Context) (res *Result, err error) {
 	c := &t.cfg
-	if err := os.MkdirAll(c.Out, 0o755); err != nil {
-		return nil, fmt.Errorf("train: %w", err)
-	}
-	if t.metrics, err = openMetrics(filepath.Join(c.Out, "metrics.jsonl")); err != nil {
-		return nil, err
+	if t.leads() {
+		if err := os.MkdirAll(c.Out, 0o755); err != nil {
+			return nil, fmt.Errorf("train: %w", err)
+		}
+		if t.metrics, err = openMetrics(filepath.Join(c.Out, "metrics.jsonl")); err != nil {
+			return nil, err
+		}
 	}
 	res = &Result{EvalLoss: math.NaN()}
 	start := t.state.Step
@@ -572,7 +618,7 @@ func (t *trainer) run(ctx context.Context) (res *Result, err error) {
 		dt := time.Since(t0).Seconds()
 		res.Losses = append(res.Losses, st.loss)
 		step := t.state.Step
-		rec := Record{Step: step, Loss: st.loss, ARLoss: st.arLoss, LR: c.LRAt(step - 1), BlockSize: t.state.BlockSize,
+		rec := Record{Step: step, Loss: st.loss, ARLoss: st.arLoss, DistillLoss: st.distill, LR: c.LRAt(step - 1), BlockSize: t.state.BlockSize,
 			Tokens: t.state.TokensSeen, TokPerSec: float64(st.tokens) / dt, GradNorm: st.gradNorm, Time: time.Now().UTC().Format(time.RFC3339)}
 		if t.dev.CUDA {
 			mfu := st.flops / dt / (c.PeakTFLOPS * 1e12)
@@ -581,8 +627,13 @@ func (t *trainer) run(ctx context.Context) (res *Result, err error) {
 		if t.o.afterStep != nil {
 			t.o.afterStep(step)
 		}
+		t.injectFault(step)
 		last := step == c.Steps
-		stopping := ctx.Err() != nil
+		stopping, err := t.agree(ctx.Err() != nil)
+		if err != nil {
+			t.rep.finish()
+			return nil, err
+		}
 		// Eval and sample.
 		if t.eval != nil && (last || (c.EvalEvery > 0 && step%c.EvalEvery == 0)) {
 			l, err := t.evaluate()
@@ -592,19 +643,21 @@ func (t *trainer) run(ctx context.Context) (res *Result, err error) {
 			rec.EvalLoss, res.EvalLoss = &l, l
 			t.logf("step %d: eval loss %.4f", step, l)
 		}
-		if c.SampleEvery > 0 && step%c.SampleEvery == 0 && !stopping {
+		if c.SampleEvery > 0 && step%c.SampleEvery == 0 && !stopping && t.leads() {
 			t.sample(ctx)
 		}
 		if len(recs) == 0 || recs[len(recs)-1].BlockSize != rec.BlockSize {
 			t.logf("step %d: block size %d", step, rec.BlockSize)
 		}
 		recs = append(recs, rec)
-		if err := t.metrics.write(rec); err != nil {
-			return nil, err
+		if t.metrics != nil {
+			if err := t.metrics.write(rec); err != nil {
+				return nil, err
+			}
 		}
 		t.rep.step(rec)
-		// Checkpoint.
-		if c.CheckpointEvery >= 0 && (last || stopping || (c.CheckpointEvery > 0 && step%c.CheckpointEvery == 0)) {
+		// Checkpoint (rank 0's alone: the ranks' weights are the same).
+		if c.CheckpointEvery >= 0 && t.leads() && (last || stopping || (c.CheckpointEvery > 0 && step%c.CheckpointEvery == 0)) {
 			if err := t.checkpoint(); err != nil {
 				return nil, err
 			}
@@ -614,6 +667,9 @@ func (t *trainer) run(ctx context.Context) (res *Result, err error) {
 		}
 		if stopping && !last {
 			t.rep.finish()
+			if !t.leads() {
+				return nil, fmt.Errorf("train: rank %d: interrupted after step %d (rank 0 writes the checkpoint)", t.group.Rank(), step)
+			}
 			if c.CheckpointEvery < 0 {
 				return nil, fmt.Errorf("train: interrupted after step %d (checkpoints are off)", step)
 			}

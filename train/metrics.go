@@ -26,6 +26,9 @@ type Record struct {
 	// MFU is model FLOPs per second over peak_tflops; null on the CPU.
 	MFU      *float64 `json:"mfu"`
 	GradNorm float64  `json:"grad_norm"`
+	// DistillLoss is the distill.weight part of Loss: weight * T^2 * the
+	// mean KL(teacher || student) over the step's targets.
+	DistillLoss float64 `json:"distill_loss,omitempty"`
 	// EvalLoss is set on steps that ran the eval.
 	EvalLoss *float64 `json:"eval_loss,omitempty"`
 	Time     string   `json:"time"`
@@ -141,8 +144,12 @@ func (r *reporter) step(rec Record) {
 	if rec.MFU != nil {
 		mfu = fmt.Sprintf("%.1f%%", 100**rec.MFU)
 	}
+	loss := fmt.Sprintf("loss %.4f", rec.Loss)
+	if rec.DistillLoss != 0 {
+		loss += fmt.Sprintf(" (distill %.4f)", rec.DistillLoss)
+	}
 	if r.bar != nil {
-		r.bar.Describe(fmt.Sprintf("loss %.4f lr %.2e bs %d %s tok/s mfu %s", rec.Loss, rec.LR, rec.BlockSize, siCount(rec.TokPerSec), mfu))
+		r.bar.Describe(fmt.Sprintf("%s lr %.2e bs %d %s tok/s mfu %s", loss, rec.LR, rec.BlockSize, siCount(rec.TokPerSec), mfu))
 		r.bar.Set(rec.Step)
 		return
 	}
@@ -154,8 +161,8 @@ func (r *reporter) step(rec Record) {
 		left := time.Duration(float64(time.Since(r.start)) / float64(done) * float64(r.total-rec.Step))
 		eta = left.Round(time.Second).String()
 	}
-	fmt.Fprintf(r.w, "train: step %d/%d loss %.4f lr %.2e bs %d gnorm %.3f tokens %s %s tok/s mfu %s eta %s\n",
-		rec.Step, r.total, rec.Loss, rec.LR, rec.BlockSize, rec.GradNorm, siCount(float64(rec.Tokens)), siCount(rec.TokPerSec), mfu, eta)
+	fmt.Fprintf(r.w, "train: step %d/%d %s lr %.2e bs %d gnorm %.3f tokens %s %s tok/s mfu %s eta %s\n",
+		rec.Step, r.total, loss, rec.LR, rec.BlockSize, rec.GradNorm, siCount(float64(rec.Tokens)), siCount(rec.TokPerSec), mfu, eta)
 }
 
 func (r *reporter) finish() {

@@ -106,6 +106,16 @@ type microBatch struct {
 	// predicting row: the loss is normalised by their sum over the step.
 	eligible int
 	seqs     int // distinct data sequences
+	// clean (seqs, L) are the sequences as the data has them and cleanDocs
+	// (seqs, L) their document indices: the distillation teacher's input.
+	clean, cleanDocs []int64
+	// teach holds, per diff target, the row of the teacher's causal
+	// forward over clean (flattened, seqs*L) whose next-token distribution
+	// predicts the same token: row i-1 of its sequence for token i, or -1
+	// where no row may (the first token of a document, a target only
+	// without the shift). distilled counts the rows that are not -1.
+	teach     []int64
+	distilled int
 }
 
 // batchSpec is what a micro-batch's layout depends on besides its data.
@@ -143,8 +153,10 @@ func buildBatch(spec batchSpec, seqs []sequence, rng *rand.Rand) *microBatch {
 	if spec.objective == ObjectiveBlock {
 		span = spec.blockSize
 	}
-	for _, s := range seqs {
+	for q, s := range seqs {
 		docs := docIDs(L, s.starts)
+		mb.clean = append(mb.clean, s.tokens...)
+		mb.cleanDocs = append(mb.cleanDocs, docs...)
 		var noise [2]copyNoise
 		if spec.objective != ObjectiveAR {
 			noise[0], noise[1] = drawNoise(rng, s.loss, span, spec.tmin, spec.tfloor, copies == 2)
@@ -176,8 +188,10 @@ func buildBatch(spec batchSpec, seqs []sequence, rng *rand.Rand) *microBatch {
 				switch {
 				case spec.objective == ObjectiveAR:
 					mb.diff.add(base+row, s.tokens[i], 1)
+					mb.addTeach(q, i, docs)
 				case noise[c].masked[i]:
 					mb.diff.add(base+row, s.tokens[i], noise[c].weight[i])
+					mb.addTeach(q, i, docs)
 				}
 				// 3. The AR loss of the clean copy, once per sequence (its
 				// weight covers the copies counted in the normaliser).
@@ -191,4 +205,18 @@ func buildBatch(spec batchSpec, seqs []sequence, rng *rand.Rand) *microBatch {
 		mb.attn = annealMask(rng, L, spec.annealP)
 	}
 	return mb
+}
+
+// addTeach records the teacher row for the diff target just added, token i
+// of sequence q: whatever row of the student predicts it, the AR teacher
+// reading the clean sequence causally predicts token i from row i-1, and
+// never across a document start (its attention stops there, as the clean
+// copy's does).
+func (mb *microBatch) addTeach(q, i int, docs []int64) {
+	if i == 0 || docs[i-1] != docs[i] {
+		mb.teach = append(mb.teach, -1)
+		return
+	}
+	mb.teach = append(mb.teach, int64(q*mb.L+i-1))
+	mb.distilled++
 }

@@ -20,16 +20,30 @@ func readCheckpointFile(t *testing.T, out string, step int, name string) []byte 
 
 // TestResumeIsExact: N steps straight and N/2 + resume + N/2 give the same
 // weights and optimizer moments, bit for bit (CPU, float32), through data
-// shuffling, complementary noise and gradient accumulation.
+// shuffling, complementary noise and gradient accumulation, with and
+// without distillation (the teacher is reloaded, never checkpointed).
 func TestResumeIsExact(t *testing.T) {
 	dir := tinyModel(t)
 	src := toySource(t, 6, 24)
 	const N = 8
+	for _, tc := range []struct {
+		name string
+		edit func(c *Config)
+	}{
+		{"block", func(c *Config) {}},
+		{"block-distill", func(c *Config) { c.Distill.Weight, c.Distill.Temperature = 0.5, 2 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testResumeIsExact(t, dir, src, N, tc.edit) })
+	}
+}
+
+func testResumeIsExact(t *testing.T, dir string, src Source, N int, edit func(c *Config)) {
 	base := func(out string) Config {
 		c := tinyConfig(dir, out)
 		c.Steps, c.GradAccum, c.MicroBatch = N, 2, 2
 		c.BlockSchedule = []BlockStage{{0, 2}, {5, 4}}
 		c.CheckpointEvery = 100 // only the interruption and the end
+		edit(&c)
 		return c
 	}
 	straight := t.TempDir()

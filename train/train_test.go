@@ -282,6 +282,9 @@ func TestNoTensorLeaks(t *testing.T) {
 	}{
 		{"block", func(c *Config) {}},
 		{"block-bf16-ckpt-ar", func(c *Config) { c.DType, c.CheckpointLayers, c.ARLossWeight, c.LossChunkRows = "bf16", true, 0.5, 7 }},
+		{"block-bf16-ckpt-distill", func(c *Config) {
+			c.DType, c.CheckpointLayers, c.LossChunkRows, c.Distill.Weight, c.Distill.Temperature = "bf16", true, 7, 0.5, 2
+		}},
 		{"mdm-anneal", func(c *Config) { c.Objective, c.AnnealSteps = ObjectiveMDM, 4 }},
 		{"ar", func(c *Config) { c.Objective = ObjectiveAR }},
 	} {

@@ -30,7 +30,15 @@ sha256 manifest; the newest keep_checkpoints are kept) and at the end a
 servable model directory OUT/model-step-NNNNNNN. Ctrl-C finishes the step
 in progress, writes a checkpoint and stops; --resume continues from the
 newest valid checkpoint exactly as if never interrupted.
-See docs/training.md.`,
+See docs/training.md.
+
+--nproc N trains data-parallel on N processes of this machine, one per GPU
+(NCCL; Gloo with --device cpu): each computes its share of every step's
+micro_batch x grad_accum sequences (N must divide grad_accum), so the maths
+and the checkpoints are those of one process, and a run resumes on any N.
+--nnodes, --node-rank and --master-addr/--master-port run one such launch
+per machine; torchrun can start the ranks instead (its RANK, WORLD_SIZE,
+LOCAL_RANK, MASTER_ADDR and MASTER_PORT are read). See docs/distributed.md.`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "config", Usage: "training config `FILE` (configs/train/*.yaml)", Required: true},
 			&cli.BoolFlag{Name: "resume", Usage: "continue from the newest valid checkpoint in OUT/checkpoints"},
@@ -53,6 +61,12 @@ See docs/training.md.`,
 			&cli.BoolFlag{Name: "no-checkpoint", Usage: "write no checkpoint at all (speed runs; implies --no-export)"},
 			&cli.BoolFlag{Name: "no-export", Usage: "do not write a model directory at the end"},
 			&cli.StringSliceFlag{Name: "set", Usage: "override any config key: `KEY=VALUE` (YAML value; data.eval=DIR for nested keys); repeatable, applied last"},
+			&cli.IntFlag{Name: "nproc", Value: 1, Usage: "data-parallel processes (ranks) to start on this machine, one per GPU"},
+			&cli.IntFlag{Name: "nnodes", Value: 1, Usage: "machines in the data-parallel job, each running its own --nproc launch"},
+			&cli.IntFlag{Name: "node-rank", Usage: "this machine's place among --nnodes (0: the one at --master-addr)"},
+			&cli.StringFlag{Name: "master-addr", Value: "127.0.0.1", Usage: "address of node 0, where rank 0 hosts the rendezvous store"},
+			&cli.IntFlag{Name: "master-port", Usage: "the rendezvous store's port (0: a free one on one machine, 29500 across machines)"},
+			&cli.DurationFlag{Name: "dist-timeout", Value: train.DefaultDistTimeout, Usage: "bound on the rendezvous and every collective: a rank that does not take part fails the others after it"},
 		},
 		Action: runTrain,
 	}
@@ -103,9 +117,27 @@ func runTrain(ctx context.Context, c *cli.Command) error {
 	// Ctrl-C or SIGTERM: the step in progress finishes and is checkpointed.
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	res, err := train.Run(ctx, cfg, train.Options{Resume: c.Bool("resume"), Log: log, Terminal: terminal, CreatedBy: "dllm " + version})
+	// Data parallel: start this machine's ranks, or be one of them.
+	l, err := newLaunch(c)
 	if err != nil {
 		return err
+	}
+	if l != nil {
+		if err := cfg.Validate(); err != nil { // once here, not in every rank
+			return err
+		}
+		return l.run(ctx)
+	}
+	dist, err := train.DistFromEnv(c.Duration("dist-timeout"))
+	if err != nil {
+		return err
+	}
+	res, err := train.Run(ctx, cfg, train.Options{Resume: c.Bool("resume"), Log: log, Terminal: terminal, CreatedBy: "dllm " + version, Dist: dist})
+	if err != nil {
+		return err
+	}
+	if dist != nil && dist.Rank != 0 {
+		return nil // rank 0 reports
 	}
 	out := c.Root().Writer
 	fmt.Fprintf(out, "trained to step %d (%d tokens)", res.State.Step, res.State.TokensSeen)

@@ -35,6 +35,8 @@ func versionCommand() *cli.Command {
 			} else {
 				fmt.Fprintf(w, "cuda: not available\n")
 			}
+			yes := map[bool]string{true: "yes", false: "no"}
+			fmt.Fprintf(w, "data parallel (train --nproc): gloo %s, nccl %s\n", yes[torch.DistAvailable(torch.Gloo)], yes[torch.DistAvailable(torch.NCCL)])
 			if !c.Bool("smoke") {
 				return nil
 			}

@@ -236,6 +236,41 @@ dt_err dt_decoder_forward(dt_decoder d, dt_tensor ids, int64_t pos, int causal,
 int64_t dt_decoder_graphs(dt_decoder d);
 void dt_decoder_free(dt_decoder d);
 
+/* --- data-parallel collectives (dist.cpp) -------------------------------- */
+/* A process group over libtorch's c10d: a TCPStore rendezvous, then Gloo
+ * (CPU tensors) or NCCL (CUDA tensors, in a shim built with DLLM_CUDA). All
+ * ranks call the same collectives in the same order. None waits without
+ * bound: past the group's timeout a call fails with a message naming the
+ * operation and the rank. After any failure the group is broken: later
+ * calls fail at once. */
+typedef void *dt_dist;
+/* 1 when this shim can make groups of backend ("gloo" or "nccl"), else 0. */
+int dt_dist_available(const char *backend);
+/* Joins the group of world processes as rank. The TCPStore at addr:port is
+ * hosted by this process when host_store is 1 (rank 0, unless a launcher
+ * such as torchrun hosts it); keys go under prefix ("" for none).
+ * Collectives run on the device (0 cpu for gloo, 1 cuda:device_index for
+ * nccl). Fails when the group is not complete within timeout_ms, which also
+ * bounds every later collective. */
+dt_err dt_dist_init(const char *backend, const char *addr, int port,
+                    int host_store, const char *prefix, int rank, int world,
+                    int device_type, int device_index, int64_t timeout_ms,
+                    dt_dist *out);
+/* Sums the n tensors over all ranks, in place (grads 1: each tensor's
+ * gradient instead, a missing one taken as zeros). A contiguous tensor of
+ * bucket_bytes or more goes as it is; smaller ones are packed into flat
+ * buffers of up to bucket_bytes (<= 0: 25 MB), one collective each. */
+dt_err dt_dist_allreduce(dt_dist g, const dt_tensor *ts, int n, int grads,
+                         int64_t bucket_bytes);
+/* Overwrites the n tensors with root's, bucketed as dt_dist_allreduce. */
+dt_err dt_dist_broadcast(dt_dist g, const dt_tensor *ts, int n, int root,
+                         int64_t bucket_bytes);
+/* Returns when every rank has called it. */
+dt_err dt_dist_barrier(dt_dist g);
+/* Leaves the group. A broken group's backend is released without its
+ * destructor, which may wait on a dead peer: the caller should exit. */
+void dt_dist_free(dt_dist g);
+
 #ifdef __cplusplus
 }
 #endif
