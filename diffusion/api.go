@@ -41,8 +41,10 @@ type Options struct {
 	// 0 always goes in the first step: its prediction is the carry, final
 	// before the block's first forward, and leaving it for last would make
 	// the forward count depend on the weights. So a block of B positions
-	// takes exactly ceil(B/k) denoising forwards (none when B is 1 with the
-	// shift), for speed measurements independent of the weights (dllm
+	// takes exactly ceil(B/k) denoising forwards (the first also commits the
+	// block before it; none when B is 1 with the shift, whose block costs
+	// the previous one's commit forward), for speed measurements independent
+	// of the weights (dllm
 	// bench decode); it is not meant to give good text. MaxStepsPerBlock
 	// defaults to B with it (no cap).
 	FixedCommit int

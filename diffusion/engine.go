@@ -9,11 +9,12 @@ import (
 
 // engine runs one generation's forwards over its KV cache.
 type engine interface {
-	// forward runs ids after the committed context (causal, or with the
-	// ids seeing each other) and returns the logits of the last rows
-	// positions (rows, V), nil for rows 0. Their keys and values are
+	// forward runs ids after the committed context and returns the logits
+	// of the last rows positions (rows, V), nil for rows 0. The first
+	// causal ids attend causally (clean text); the rest see all the ids
+	// and the context (a block being denoised). Their keys and values are
 	// cached, but only commit makes them context.
-	forward(ids []int64, causal bool, rows int) (*torch.Tensor, error)
+	forward(ids []int64, causal, rows int) (*torch.Tensor, error)
 	commit(n int64) error
 	// room is how many positions the generation may still add.
 	room() int64
@@ -26,19 +27,25 @@ type eagerEngine struct {
 	cache *model.KVCache
 }
 
-func (e *eagerEngine) forward(ids []int64, causal bool, rows int) (*torch.Tensor, error) {
-	x := torch.FromSlice(ids, 1, int64(len(ids)))
-	if e.m.Device.CUDA {
-		cpu := x
-		x = cpu.To(torch.Int64, e.m.Device)
-		cpu.Free()
-	}
+func (e *eagerEngine) forward(ids []int64, causal, rows int) (*torch.Tensor, error) {
+	x := e.device(torch.FromSlice(ids, 1, int64(len(ids))))
 	defer x.Free()
-	att := model.Attention{Kind: model.Bidirectional}
-	if causal {
-		att.Kind = model.Causal
+	o := model.ForwardOpts{Attention: model.Attention{Kind: model.Bidirectional}, Cache: e.cache}
+	T, S := int64(len(ids)), e.cache.Len+int64(len(ids))
+	switch {
+	case causal >= len(ids):
+		o.Attention.Kind = model.Causal
+	case causal > 0:
+		// Mixed: the first causal rows causal, the rest see everything.
+		allowed := make([]bool, T*S)
+		for q := range T {
+			for k := range S {
+				allowed[q*S+k] = q >= int64(causal) || k <= e.cache.Len+q
+			}
+		}
+		o.Mask = e.device(torch.FromSlice(allowed, 1, 1, T, S))
+		defer o.Mask.Free()
 	}
-	o := model.ForwardOpts{Attention: att, Cache: e.cache}
 	if rows == 0 {
 		// The head is the largest matmul; a cache-only pass skips it.
 		h, err := e.m.Hidden(x, o)
@@ -54,6 +61,15 @@ func (e *eagerEngine) forward(ids []int64, causal bool, rows int) (*torch.Tensor
 	return logits.Reshape(int64(rows), -1), nil
 }
 
+// device moves a CPU tensor to the model's device.
+func (e *eagerEngine) device(t *torch.Tensor) *torch.Tensor {
+	if !e.m.Device.CUDA {
+		return t
+	}
+	defer t.Free()
+	return t.To(t.DType(), e.m.Device)
+}
+
 func (e *eagerEngine) commit(n int64) error { return e.cache.Commit(n) }
 func (e *eagerEngine) room() int64          { return e.cache.Max - e.cache.Len }
 func (e *eagerEngine) free()                { e.cache.Free() }
@@ -65,7 +81,7 @@ type fastEngine struct {
 	limit int64 // the generation's positions
 }
 
-func (e *fastEngine) forward(ids []int64, causal bool, rows int) (*torch.Tensor, error) {
+func (e *fastEngine) forward(ids []int64, causal, rows int) (*torch.Tensor, error) {
 	return e.d.Forward(ids, causal, rows)
 }
 
@@ -95,7 +111,8 @@ func (s *Sampler) engine(p plan) (engine, error) {
 		n = min(n, max(p.cacheLen, s.model.Config.MaxPositionEmbeddings))
 		s.dec.Free()
 		s.dec = nil
-		d, err := s.model.NewDecoder(n, max(p.block, 1))
+		// Graphs for a block and for a committed block with the next one.
+		d, err := s.model.NewDecoder(n, 2*max(p.block, 1))
 		if err != nil {
 			return nil, err
 		}

@@ -16,6 +16,9 @@ type generation struct {
 	// position: the prediction for the next block's first position.
 	carry *torch.Tensor
 	steps int // forwards after the prefill
+	// pending is the last finished block, not yet in the KV cache: the
+	// next block's first denoising forward runs it first (see commit).
+	pending []int64
 }
 
 func newGeneration(m *model.Model, eng engine, p plan) (*generation, error) {
@@ -49,16 +52,36 @@ func (g *generation) prefill(ctx context.Context, prompt []int64) error {
 	return nil
 }
 
-// commit writes a finished block into the KV cache: it runs the block
+// commit queues a finished block for the KV cache. The block must be run
 // again so the cached keys and values are those of its final tokens (the
-// denoising forwards cached those of masks). Committed text is clean
-// context, which attends causally, exactly as the AR model read text and as
-// training presents it (docs/training.md); only the block being denoised
-// sees itself bidirectionally.
+// denoising forwards cached those of masks), causally: committed text is
+// clean context, exactly as the AR model read text and as training presents
+// it (docs/training.md); only the block being denoised sees itself
+// bidirectionally. That run rides on the next block's first denoising
+// forward (its rows first, causal, then the new block's), which saves a
+// forward per block; flush runs it alone where there is no such forward.
 func (g *generation) commit(ids []int64) error {
+	if err := g.flush(); err != nil {
+		return err
+	}
+	g.pending = ids
+	return nil
+}
+
+// flush runs the pending block alone, as its own forward.
+func (g *generation) flush() error {
+	if g.pending == nil {
+		return nil
+	}
+	ids := g.pending
+	g.pending = nil
 	g.steps++
 	return g.extend(ids, g.p.shift)
 }
+
+// room is how many positions the generation may still add after the
+// pending block.
+func (g *generation) room() int { return int(g.eng.room()) - len(g.pending) }
 
 // extend runs ids causally after the cached context, commits them to the
 // cache and, when carry is set, keeps the last logit row as the carry.
@@ -67,7 +90,7 @@ func (g *generation) extend(ids []int64, carry bool) error {
 	if carry {
 		rows = 1
 	}
-	logits, err := g.eng.forward(ids, true, rows) // (1, V) or nil
+	logits, err := g.eng.forward(ids, len(ids), rows) // (1, V) or nil
 	if err != nil {
 		return err
 	}
@@ -84,15 +107,39 @@ func (g *generation) extend(ids []int64, carry bool) error {
 // alone (one candidate, no forward).
 func (g *generation) predict(c *canvas) ([]int64, []float64, error) {
 	if g.p.shift && c.onlyFirstMasked() {
+		// The carry comes from the pending block's forward.
+		if err := g.flush(); err != nil {
+			return nil, nil, err
+		}
 		tok, conf := g.pick.pick(g.carry)
 		return tok, conf, nil
 	}
 	g.steps++
 	n := int64(len(c.ids))
-	rows, err := g.eng.forward(c.ids, false, len(c.ids)) // (n, V): row i predicts position i
+	// 1. One forward: the pending block (causal; with the shift its last
+	//    row is the carry) and the canvas, which sees it and itself.
+	p := len(g.pending)
+	want := len(c.ids)
+	if p > 0 && g.p.shift {
+		want++
+	}
+	logits, err := g.eng.forward(append(g.pending[:p:p], c.ids...), p, want)
 	if err != nil {
 		return nil, nil, err
 	}
+	defer logits.Free()
+	if p > 0 {
+		g.pending = nil
+		if err := g.eng.commit(int64(p)); err != nil {
+			return nil, nil, err
+		}
+		if g.p.shift {
+			g.carry.Free()
+			g.carry = logits.Narrow(0, 0, 1)
+		}
+	}
+	// 2. The canvas rows (n, V): row i predicts position i.
+	rows := logits.Narrow(0, int64(want)-n, n)
 	defer rows.Free()
 	if g.p.shift {
 		// Row i predicts position i+1; the carry predicts position 0.

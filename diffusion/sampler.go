@@ -107,7 +107,7 @@ func (s *Sampler) generate(ctx context.Context, prompt []int64, p plan, onBlock 
 				return nil, err
 			}
 		}
-		n := min(p.block, int(g.eng.room()))
+		n := min(p.block, g.room())
 		need := min(n, p.maxNew-len(res.IDs))
 		ids, stopped, err := g.denoise(ctx, n, need)
 		if err != nil {

@@ -122,8 +122,8 @@ func TestCachedStepMatchesFullForward(t *testing.T) {
 }
 
 // Threshold 1.0 commits one token per step, so a block of B tokens takes
-// B forwards, plus one to commit the block before it (with the shift, the
-// step that leaves only the first position needs no forward).
+// B forwards, the first of which also commits the block before it (with the
+// shift, the step that leaves only the first position needs no forward).
 func TestThresholdOneCommitsOneTokenPerStep(t *testing.T) {
 	m := loadTiny(t)
 	prompt := loadChats(t)[0].IDs
@@ -141,7 +141,7 @@ func TestThresholdOneCommitsOneTokenPerStep(t *testing.T) {
 		}
 		total := 0
 		for k, b := range got {
-			most := B + min(k, 1) // denoising steps and the previous block's commit
+			most := B // denoising steps; the first carries the previous block's commit
 			least := most
 			if shift {
 				least--
@@ -183,9 +183,9 @@ func TestLargerBlocks(t *testing.T) {
 }
 
 // FixedCommit k commits exactly k positions per denoising forward whatever
-// the weights: a block of B takes ceil(B/k) forwards, plus the forward that
-// committed the block before it (none for a block of 1 with the shift, whose
-// one position is the carry's).
+// the weights: a block of B takes ceil(B/k) forwards, the first of which
+// also commits the block before it; a block of 1 with the shift needs none
+// of its own (its one position is the carry's), only the commit forward.
 func TestFixedCommitStepCounts(t *testing.T) {
 	m := loadTiny(t)
 	prompt := loadChats(t)[0].IDs
@@ -210,11 +210,12 @@ func TestFixedCommitStepCounts(t *testing.T) {
 			t.Fatalf("%+v: %d blocks, %d tokens", c, len(got), len(res.IDs))
 		}
 		denoise := (c.block + c.k - 1) / c.k
-		if c.block == 1 && c.shift {
-			denoise = 0
-		}
 		for i, b := range got {
-			if want := denoise + min(i, 1); b.Steps != want {
+			want := denoise
+			if c.block == 1 && c.shift {
+				want = min(i, 1) // the previous block's commit forward
+			}
+			if b.Steps != want {
 				t.Errorf("%+v, block %d: %d steps, want %d", c, i, b.Steps, want)
 			}
 		}

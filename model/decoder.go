@@ -85,12 +85,18 @@ func stack(ts ...**torch.Tensor) *torch.Tensor {
 
 // Forward runs ids after the committed context, writing their keys and
 // values at [Len, Len+len(ids)) (Len moves only on Commit), and returns
-// the logits of the last rows positions (rows, V), or nil for rows 0.
-func (d *Decoder) Forward(ids []int64, causal bool, rows int) (logits *torch.Tensor, err error) {
+// the logits of the last rows positions (rows, V), or nil for rows 0. The
+// first causal ids (0 to len(ids)) attend causally; the others see all the
+// ids and the context: a block being denoised, after (or without) a block
+// being committed.
+func (d *Decoder) Forward(ids []int64, causal, rows int) (logits *torch.Tensor, err error) {
 	defer torch.Recover(&err)
 	T := int64(len(ids))
 	if T == 0 || d.Len+T > d.Max {
 		return nil, fmt.Errorf("decoder: %d positions from %d exceed the KV cache of %d", T, d.Len, d.Max)
+	}
+	if causal < 0 || causal > len(ids) || rows < 0 || rows > len(ids) {
+		return nil, fmt.Errorf("decoder: %d causal positions and %d logit rows of %d", causal, rows, len(ids))
 	}
 	x := torch.FromSlice(ids)
 	if d.m.Device.CUDA {

@@ -82,10 +82,25 @@ func TestDecoderCUDAMatchesPlainPath(t *testing.T) {
 		}
 		return out
 	}
-	plain := func(m *Model, c *KVCache, x []int64, causal bool) [][]float64 {
-		att := Attention{Kind: Bidirectional}
-		if causal {
-			att.Kind = Causal
+	// plain runs x with its first causal positions causal and the rest
+	// seeing everything, through Forward and an explicit mask when mixed.
+	plain := func(m *Model, c *KVCache, x []int64, causal int) [][]float64 {
+		o := ForwardOpts{Attention: Attention{Kind: Bidirectional}, Cache: c}
+		T, S := int64(len(x)), c.Len+int64(len(x))
+		switch {
+		case causal == len(x):
+			o.Attention.Kind = Causal
+		case causal > 0:
+			allowed := make([]bool, T*S)
+			for q := int64(0); q < T; q++ {
+				for k := int64(0); k < S; k++ {
+					allowed[q*S+k] = q >= int64(causal) || k <= c.Len+q
+				}
+			}
+			cpu := torch.FromSlice(allowed, 1, 1, T, S)
+			defer cpu.Free()
+			o.Mask = cpu.To(torch.Bool, dev)
+			defer o.Mask.Free()
 		}
 		var out [][]float64
 		torch.NoGrad(func() {
@@ -93,7 +108,7 @@ func TestDecoderCUDAMatchesPlainPath(t *testing.T) {
 			defer in.Free()
 			g := in.To(torch.Int64, dev)
 			defer g.Free()
-			l, err := m.Forward(g, ForwardOpts{Attention: att, Cache: c})
+			l, err := m.Forward(g, o)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -102,7 +117,7 @@ func TestDecoderCUDAMatchesPlainPath(t *testing.T) {
 		})
 		return out
 	}
-	fast := func(x []int64, causal bool) [][]float64 {
+	fast := func(x []int64, causal int) [][]float64 {
 		var out [][]float64
 		torch.NoGrad(func() { out = decoderRows(t, d, x, causal) })
 		return out
@@ -117,13 +132,14 @@ func TestDecoderCUDAMatchesPlainPath(t *testing.T) {
 	type step struct {
 		name   string
 		n      int
-		causal bool
-		commit bool
+		causal int // leading positions attending causally
+		commit int // positions committed after the step
 	}
-	steps := []step{{"prefill 512", 512, true, true}, {"prefill 488", ctx - 512, true, true}}
+	steps := []step{{"prefill 512", 512, 512, 512}, {"prefill 488", ctx - 512, ctx - 512, ctx - 512}}
 	for i := 0; i < 3; i++ { // the second of each length captures, the third replays
-		steps = append(steps, step{"block 32 (denoise)", block, false, false},
-			step{"block 32 (commit)", block, true, true}, step{"AR 1", 1, true, true})
+		steps = append(steps, step{"block 32 (denoise)", block, 0, 0},
+			step{"block 32 (commit)", block, block, block}, step{"AR 1", 1, 1, 1},
+			step{"commit 32 + block 32", 2 * block, block, block})
 	}
 	t.Logf("%-20s %6s %12s %12s %12s", "forward", "pos", "fast-f32", "plain-f32", "fast-plain")
 	for _, s := range steps {
@@ -139,8 +155,8 @@ func TestDecoderCUDAMatchesPlainPath(t *testing.T) {
 		if ef > 1.5*ep+1e-3 {
 			t.Errorf("%s at %d: fast path %.2e from float32, plain bf16 %.2e", s.name, pos, ef, ep)
 		}
-		if s.commit {
-			commit(s.n)
+		if s.commit > 0 {
+			commit(s.commit)
 		}
 	}
 	t.Logf("graphs captured: %d", d.Graphs())

@@ -7,7 +7,7 @@ import (
 )
 
 // decoderRows runs ids through d and returns their logit rows.
-func decoderRows(t *testing.T, d *Decoder, ids []int64, causal bool) [][]float64 {
+func decoderRows(t *testing.T, d *Decoder, ids []int64, causal int) [][]float64 {
 	t.Helper()
 	logits, err := d.Forward(ids, causal, len(ids))
 	if err != nil {
@@ -35,7 +35,7 @@ func TestDecoderMatchesTransformers(t *testing.T) {
 	// 1. Causal, in three uneven chunks: every row is transformers' causal row.
 	var got [][]float64
 	for _, cut := range [][2]int{{0, 5}, {5, 6}, {6, n}} {
-		got = append(got, decoderRows(t, d, ids[cut[0]:cut[1]], true)...)
+		got = append(got, decoderRows(t, d, ids[cut[0]:cut[1]], cut[1]-cut[0])...)
 		if err := d.Commit(int64(cut[1] - cut[0])); err != nil {
 			t.Fatal(err)
 		}
@@ -45,7 +45,7 @@ func TestDecoderMatchesTransformers(t *testing.T) {
 	}
 	// 2. The whole input as one block from position 0 is the bidirectional pass.
 	d.Reset()
-	if r := rowRelErr(decoderRows(t, d, ids, false), e.BidirectionalLogits); r > 1e-4 {
+	if r := rowRelErr(decoderRows(t, d, ids, 0), e.BidirectionalLogits); r > 1e-4 {
 		t.Errorf("bidirectional: relative error %.2e against transformers", r)
 	}
 	// 3. A block of 4 after a causal prefix is block-causal attention's last
@@ -60,18 +60,43 @@ func TestDecoderMatchesTransformers(t *testing.T) {
 		blk := ids[start : start+4]
 		// Denoising-style forward first: its keys are overwritten by the
 		// commit, which is what the sampler relies on.
-		if _, err := d.Forward(blk, false, 0); err != nil {
+		if _, err := d.Forward(blk, 0, 0); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := d.Forward(blk, false, 0); err != nil {
+		if _, err := d.Forward(blk, 0, 0); err != nil {
 			t.Fatal(err)
 		}
 		if err := d.Commit(4); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if r := rowRelErr(decoderRows(t, d, ids[p:], false), want[p:]); r > 1e-5 {
+	if r := rowRelErr(decoderRows(t, d, ids[p:], 0), want[p:]); r > 1e-5 {
 		t.Errorf("last block over a block-causal prefix: %.2e from Forward", r)
+	}
+	// 4. A committed block and the next block in one forward: the first 4
+	//    rows are transformers' causal rows, the last block's rows those of
+	//    committing the block first and running the next one alone.
+	d.Reset()
+	if _, err := d.Forward(ids[:p], p, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Commit(int64(p)); err != nil {
+		t.Fatal(err)
+	}
+	alone := decoderRows(t, d, ids[p:], 0)
+	d.Reset()
+	if _, err := d.Forward(ids[:p-4], p-4, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Commit(int64(p - 4)); err != nil {
+		t.Fatal(err)
+	}
+	got = decoderRows(t, d, ids[p-4:], 4)
+	if r := rowRelErr(got[:4], e.CausalLogits[p-4:p]); r > 1e-4 {
+		t.Errorf("committed block in a mixed forward: %.2e from transformers' causal rows", r)
+	}
+	if r := rowRelErr(got[4:], alone); r > 1e-5 {
+		t.Errorf("next block in a mixed forward: %.2e from running it after the commit", r)
 	}
 }
 
@@ -95,7 +120,7 @@ func TestDecoderWithBiasesMatchesForward(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Free()
-	if r := rowRelErr(decoderRows(t, d, ids, true), want); r > 1e-5 {
+	if r := rowRelErr(decoderRows(t, d, ids, len(ids)), want); r > 1e-5 {
 		t.Errorf("decoder vs Forward: %.2e", r)
 	}
 	again := forward(t, m, ids, ForwardOpts{Attention: Attention{Kind: Causal}})
@@ -115,19 +140,22 @@ func TestDecoderErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Free()
-	if _, err := d.Forward(make([]int64, 9), true, 0); err == nil {
+	if _, err := d.Forward(make([]int64, 9), 9, 0); err == nil {
 		t.Error("9 tokens in a context of 8 should fail")
 	}
-	if _, err := d.Forward(nil, true, 0); err == nil {
+	if _, err := d.Forward(nil, 0, 0); err == nil {
 		t.Error("no tokens should fail")
 	}
-	if _, err := d.Forward([]int64{1, 2}, true, 3); err == nil {
+	if _, err := d.Forward([]int64{1, 2}, 2, 3); err == nil {
 		t.Error("3 logit rows of 2 tokens should fail")
+	}
+	if _, err := d.Forward([]int64{1, 2}, 3, 1); err == nil {
+		t.Error("3 causal positions of 2 tokens should fail")
 	}
 	if err := d.Commit(9); err == nil {
 		t.Error("committing past the end should fail")
 	}
-	if l, err := d.Forward([]int64{1, 2}, true, 0); err != nil || l != nil {
+	if l, err := d.Forward([]int64{1, 2}, 2, 0); err != nil || l != nil {
 		t.Errorf("rows 0: %v, %v; want nil, nil", l, err)
 	}
 }

@@ -69,16 +69,17 @@ func NewDecoder(s *DecoderSpec) *Decoder {
 
 // Forward runs ids (T) int64 on the decoder's device at positions
 // [pos, pos+T) after the cached [0, pos) and writes their keys and values
-// at [pos, pos+T). Causal attention lets each see itself and what is before
-// it; otherwise the T see each other too. It returns the logits of the last
-// rows positions (rows, V), or nil when rows is 0.
-func (d *Decoder) Forward(ids *Tensor, pos int64, causal bool, rows int) *Tensor {
+// at [pos, pos+T). The first causal of them (0 to T) attend causally, each
+// to itself and what is before it; the others see all T and the cache. It
+// returns the logits of the last rows positions (rows, V), or nil when
+// rows is 0.
+func (d *Decoder) Forward(ids *Tensor, pos int64, causal, rows int) *Tensor {
 	mustLoad()
 	if d.p == nil {
 		panic(&Error{Op: "decoder_forward", Msg: "decoder is freed"})
 	}
 	var out C.dt_tensor
-	e := C.dtl_decoder_forward(d.p, ids.h(), C.int64_t(pos), cbool(causal), C.int64_t(rows), &out)
+	e := C.dtl_decoder_forward(d.p, ids.h(), C.int64_t(pos), C.int64_t(causal), C.int64_t(rows), &out)
 	runtime.KeepAlive(ids)
 	check("decoder_forward", e)
 	if out == nil {

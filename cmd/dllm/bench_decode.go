@@ -40,8 +40,9 @@ then the diffusion sampler generates with exactly k tokens committed per
 denoising forward (--commit; diffusion.Options.FixedCommit), so the forward
 count, and so the speed, does not depend on the weights; --ar adds plain AR
 decoding (block 1). Per point: the time per forward (median and p90 over
-blocks: a block's wall time over its forwards, the causal commit forward
-included), committed tokens/s, TPF, and the bandwidth floor: the weights read
+blocks: a block's wall time over its forwards; the commit of a block rides
+on the next block's first forward), committed tokens/s, TPF, and the
+bandwidth floor: the weights read
 once plus the KV cache at C, at --bandwidth-gbs.
 
 With --server: times streamed chat completions against an OpenAI-compatible
@@ -113,7 +114,7 @@ type decodePoint struct {
 	Commit   int    `json:"commit"` // tokens per denoising forward (1 for AR)
 	Context  int    `json:"context"`
 	Tokens   int    `json:"tokens"`   // committed in the timed blocks
-	Forwards int    `json:"forwards"` // in the timed blocks, commit forwards included
+	Forwards int    `json:"forwards"` // in the timed blocks, commit forwards included (AR: one per token)
 	// StepMedianMS and StepP90MS are over the timed blocks of each block's
 	// wall time divided by its forwards.
 	StepMedianMS float64 `json:"step_median_ms"`

@@ -58,8 +58,9 @@ func TestBenchDecodeCommand(t *testing.T) {
 			ctx           int
 			forwards      int
 		}{
-			{"commit1", block, 1, 64, 4 * (8 + 1)}, {"commit4", block, 4, 64, 4 * (2 + 1)}, {"ar", 1, 1, 64, tokens},
-			{"commit1", block, 1, 128, 4 * (8 + 1)}, {"commit4", block, 4, 128, 4 * (2 + 1)}, {"ar", 1, 1, 128, tokens},
+			// ceil(8/k) forwards a block: the first also commits the block before.
+			{"commit1", block, 1, 64, 4 * 8}, {"commit4", block, 4, 64, 4 * 2}, {"ar", 1, 1, 64, tokens},
+			{"commit1", block, 1, 128, 4 * 8}, {"commit4", block, 4, 128, 4 * 2}, {"ar", 1, 1, 128, tokens},
 		}
 		if len(points) != len(want) {
 			t.Fatalf("%v: %d points, want %d: %+v", src, len(points), len(want), points)

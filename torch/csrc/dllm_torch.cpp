@@ -773,33 +773,60 @@ struct Decoder {
   // attend is softmax(q K^T) V over cache slots [0, pos+T) as a (T, Hkv,
   // G, D) view, G = H/Hkv query heads per key head (head h = kvh*G + g);
   // callers copy it into the (T, H*D) layout the output projection reads.
-  at::Tensor attend(DecLayer &ly, const at::Tensor &q, int64_t pos, bool causal) {
+  // The first c rows attend causally (row t sees slots up to pos+t), the
+  // others see all pos+T slots: c = T is a causal forward, c = 0 a block
+  // that sees itself, and between the two a committed block followed by
+  // the next block's first denoising step in one forward.
+  at::Tensor attend(DecLayer &ly, const at::Tensor &q, int64_t pos, int64_t c) {
     auto Tn = q.size(1), S = pos + Tn, G = H / Hkv;
-    auto k = ly.kc.narrow(0, 0, S).unsqueeze(0); // (1, S, Hkv, D)
-    auto v = ly.vc.narrow(0, 0, S).unsqueeze(0);
     double sc = scale > 0 ? scale : 1.0 / std::sqrt(static_cast<double>(D));
 #ifdef DLLM_CUDA
     if (flash) {
-      if (!causal && G > 1 && Tn > 1 && S >= kFoldFrom) {
-        // Without a causal mask every query row sees the same keys, so the
-        // G heads that share a key head can be G x T rows of one head:
-        // FlashAttention then reads each key head once instead of G times
-        // (8x less KV traffic for MiniCPM5-2B; most of its cost at 32k).
-        // Below kFoldFrom keys the extra copy of q costs more than it saves.
-        auto qf = q.view({1, Tn, Hkv, G, D}).permute({0, 1, 3, 2, 4}).reshape({1, Tn * G, Hkv, D});
-        auto r = at::_flash_attention_forward(qf, k, v, c10::nullopt, c10::nullopt, Tn * G, S, 0.0, false, false,
-                                              sc);
-        return std::get<0>(r).view({Tn, G, Hkv, D}).permute({0, 2, 1, 3});
+      if (c > 0 && c < Tn) {
+        // Two calls, each with one rule for all its rows.
+        auto a = flash_part(ly, q.narrow(1, 0, c), pos + c, true, sc);
+        auto b = flash_part(ly, q.narrow(1, c, Tn - c), S, false, sc);
+        return at::cat({a, b}, 0);
       }
-      auto r = at::_flash_attention_forward(q, k, v, c10::nullopt, c10::nullopt, Tn, S, 0.0, causal && Tn > 1,
-                                            false, sc);
-      return std::get<0>(r).view({Tn, Hkv, G, D});
+      return flash_part(ly, q, S, c > 0, sc);
     }
 #endif
-    auto y = attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), c10::nullopt, causal, sc,
-                       DT_ATTN_AUTO); // (1, H, T, D)
+    auto k = ly.kc.narrow(0, 0, S).unsqueeze(0).transpose(1, 2); // (1, Hkv, S, D)
+    auto v = ly.vc.narrow(0, 0, S).unsqueeze(0).transpose(1, 2);
+    at::Tensor y; // (1, H, T, D)
+    if (c > 0 && c < Tn) {
+      auto t = at::arange(Tn, q.options().dtype(at::kLong)).unsqueeze(1);
+      auto j = at::arange(S, q.options().dtype(at::kLong)).unsqueeze(0);
+      auto allowed = (t >= c).logical_or(j <= t + pos); // (T, S)
+      y = attention(q.transpose(1, 2), k, v, allowed, false, sc, DT_ATTN_AUTO);
+    } else {
+      y = attention(q.transpose(1, 2), k, v, c10::nullopt, c > 0, sc, DT_ATTN_AUTO);
+    }
     return y.transpose(1, 2).reshape({Tn, Hkv, G, D});
   }
+
+#ifdef DLLM_CUDA
+  // flash_part is FlashAttention over slots [0, S) for q (1, T, H, D), the
+  // last T of which are q's own; (T, Hkv, G, D).
+  at::Tensor flash_part(DecLayer &ly, const at::Tensor &q, int64_t S, bool causal, double sc) {
+    auto Tn = q.size(1), G = H / Hkv;
+    auto k = ly.kc.narrow(0, 0, S).unsqueeze(0); // (1, S, Hkv, D)
+    auto v = ly.vc.narrow(0, 0, S).unsqueeze(0);
+    if (!causal && G > 1 && Tn > 1 && S >= kFoldFrom) {
+      // Without a causal mask every query row sees the same keys, so the
+      // G heads that share a key head can be G x T rows of one head:
+      // FlashAttention then reads each key head once instead of G times
+      // (8x less KV traffic for MiniCPM5-2B; most of its cost at 32k).
+      // Below kFoldFrom keys the extra copy of q costs more than it saves.
+      auto qf = q.reshape({1, Tn, Hkv, G, D}).permute({0, 1, 3, 2, 4}).reshape({1, Tn * G, Hkv, D});
+      auto r = at::_flash_attention_forward(qf, k, v, c10::nullopt, c10::nullopt, Tn * G, S, 0.0, false, false, sc);
+      return std::get<0>(r).view({Tn, G, Hkv, D}).permute({0, 2, 1, 3});
+    }
+    auto r = at::_flash_attention_forward(q.contiguous(), k, v, c10::nullopt, c10::nullopt, Tn, S, 0.0,
+                                          causal && Tn > 1, false, sc);
+    return std::get<0>(r).view({Tn, Hkv, G, D});
+  }
+#endif
 
   // post is layer l's output projection and MLP on the residual stream x;
   // the residual adds ride in the matmuls (addmm with beta 1).
@@ -822,7 +849,7 @@ struct Decoder {
   }
 
   // eager is the forward without graphs; it returns the final hidden states.
-  at::Tensor eager(const at::Tensor &ids, int64_t pos, bool causal) {
+  at::Tensor eager(const at::Tensor &ids, int64_t pos, int64_t causal) {
     auto Tn = ids.numel();
     auto positions = at::arange(pos, pos + Tn, ids.options().dtype(at::kLong));
     auto x = embed.index_select(0, ids); // (T, C)
@@ -861,7 +888,7 @@ struct Decoder {
     captured.emplace(Tn, std::move(c));
   }
 
-  at::Tensor replay(Captured &c, const at::Tensor &ids, int64_t pos, bool causal) {
+  at::Tensor replay(Captured &c, const at::Tensor &ids, int64_t pos, int64_t causal) {
     auto Tn = ids.numel();
     c.ids.copy_(ids);
     at::arange_out(c.pos, pos, pos + Tn, 1);
@@ -875,7 +902,7 @@ struct Decoder {
 #endif
 
   // forward returns the final hidden states (T, C) of ids at [pos, pos+T).
-  at::Tensor forward(const at::Tensor &ids, int64_t pos, bool causal) {
+  at::Tensor forward(const at::Tensor &ids, int64_t pos, int64_t causal) {
     auto Tn = ids.numel();
     TORCH_CHECK(Tn >= 1, "decoder: no input tokens");
     TORCH_CHECK(pos >= 0 && pos + Tn <= cos.size(0), "decoder: positions [", pos, ", ", pos + Tn,
@@ -959,12 +986,14 @@ dt_err dt_decoder_new(dt_tensor embed, dt_tensor norm, dt_tensor head, const dt_
   });
 }
 
-dt_err dt_decoder_forward(dt_decoder dec, dt_tensor ids, int64_t pos, int causal, int64_t rows, dt_tensor *logits) {
+dt_err dt_decoder_forward(dt_decoder dec, dt_tensor ids, int64_t pos, int64_t causal, int64_t rows,
+                          dt_tensor *logits) {
   return guard([&] {
     auto *d = static_cast<Decoder *>(dec);
     at::NoGradGuard ng;
     auto &x = T(ids);
-    auto h = d->forward(x.reshape({-1}), pos, causal != 0); // (T, C)
+    auto flat = x.reshape({-1});
+    auto h = d->forward(flat, pos, std::clamp<int64_t>(causal, 0, flat.numel())); // (T, C)
     auto Tn = h.size(0);
     TORCH_CHECK(rows >= 0 && rows <= Tn, "decoder: ", rows, " logit rows of ", Tn);
     *logits = rows == 0 ? nullptr : W(at::linear(h.narrow(0, Tn - rows, rows), d->head));

@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define DT_ABI_VERSION 3
+#define DT_ABI_VERSION 4
 
 typedef void *dt_tensor;
 typedef char *dt_err;
@@ -227,11 +227,12 @@ dt_err dt_decoder_new(dt_tensor embed, dt_tensor norm, dt_tensor head,
                       int n_kv_head, double eps, double attn_scale,
                       dt_tensor cos, dt_tensor sin, int graphs, dt_decoder *out);
 /* Runs ids (T) at positions [pos, pos+T) over the cached [0, pos), writing
- * their keys and values at [pos, pos+T); causal: each sees itself and what
- * is before it, else the T see each other. logits: the last rows positions'
- * (rows, V), or NULL when rows is 0. */
-dt_err dt_decoder_forward(dt_decoder d, dt_tensor ids, int64_t pos, int causal,
-                          int64_t rows, dt_tensor *logits);
+ * their keys and values at [pos, pos+T). The first causal of them (clamped
+ * to [0, T]) each see themselves and what is before them; the rest see all
+ * T and everything cached. logits: the last rows positions' (rows, V), or
+ * NULL when rows is 0. */
+dt_err dt_decoder_forward(dt_decoder d, dt_tensor ids, int64_t pos,
+                          int64_t causal, int64_t rows, dt_tensor *logits);
 /* Number of CUDA graphs captured so far. */
 int64_t dt_decoder_graphs(dt_decoder d);
 void dt_decoder_free(dt_decoder d);
