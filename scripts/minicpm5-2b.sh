@@ -21,16 +21,24 @@
 # Usage:
 #   scripts/minicpm5-2b.sh --from HF_DIR --teacher URL [--budget-hours H] [options]
 #   scripts/minicpm5-2b.sh --rehearsal [--fresh]   # every stage on the tiny test model, CPU, 1-2 min
+#   scripts/minicpm5-2b.sh --rehearsal --from DIR [--fresh] [--no-serve]
+#                        # shape-level rehearsal on one GPU, ~5 min: every stage on DIR
+#                        # (random weights of MiniCPM5-2B's shape; scripts/gpu-rehearsal.sh
+#                        # makes them), cuda, bf16, blocks of 32, the presets' seq 4096 and
+#                        # 8192, 10 + 5 steps of one sequence; the tiny corpus and budgets.
+#                        # Needs ~9x DIR's weights free on OUT's disk (~46 GB; checkpoints
+#                        # are removed once no later stage needs them)
 #   scripts/minicpm5-2b.sh --dry-run [...]          # print the plan and run nothing
 #
 # Options:
-#   --from DIR           the MiniCPM5-2B checkpoint, Hugging Face layout ($MINICPM5_DIR)
-#   --out DIR            work directory (out; the rehearsal uses out/rehearsal)
+#   --from DIR           the MiniCPM5-2B checkpoint, Hugging Face layout ($MINICPM5_DIR);
+#                        with --rehearsal: the GPU rehearsal's model (the flag, not the variable)
+#   --out DIR            work directory (out; the rehearsals use out/rehearsal, out/rehearsal-gpu)
 #   --budget-hours H     wall-clock hours for the two training stages together: scales
 #                        their steps, warm-ups, data budgets and the prompts to distill
 #                        (keep it the same when resuming)
 #   --train-tps N        measured stage-1 training tokens/s (scripts/gpu-train.sh); the
-#                        default is docs/training.md's FLOPs projection: 4,700 (40% MFU, H100)
+#                        default is the H200 measurement in docs/benchmarks.md: 2,900
 #   --teacher URL        an OpenAI-compatible server of the ORIGINAL checkpoint for
 #                        distillation (vLLM or SGLang serving HF_DIR)
 #   --teacher-tps N      its generated tokens/s, all requests together (default: 20,000
@@ -39,9 +47,9 @@
 #                        decoding; one request at a time: only for small prompt counts)
 #   --distill-prompts N  prompts to distill in all (default: from the budget; 0: skip)
 #   --eval-tasks FILE    the dev set for dllm eval (default: a dllm data synth held-out set)
-#   --no-serve           stop after the evaluation
+#   --no-serve           stop after the evaluation (the rehearsals too: no serve.sh check)
 #   --port N             serve.sh's port (8000)
-#   --fresh              rehearsal only: delete the work directory first
+#   --fresh              rehearsals only: delete the work directory first
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -55,6 +63,7 @@ need() { [ "$#" -ge 2 ] || die "$1 needs a value"; }
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 
 FROM=${MINICPM5_DIR:-}
+FROM_FLAG=
 OUT=
 BUDGET=
 TRAIN_TPS=
@@ -71,7 +80,7 @@ REHEARSAL=0
 FRESH=0
 while [ "$#" -gt 0 ]; do
 	case "$1" in
-	--from) need "$@"; FROM=$2; shift 2 ;;
+	--from) need "$@"; FROM=$2; FROM_FLAG=1; shift 2 ;;
 	--out) need "$@"; OUT=$2; shift 2 ;;
 	--budget-hours) need "$@"; BUDGET=$2; shift 2 ;;
 	--train-tps) need "$@"; TRAIN_TPS=$2; TRAIN_TPS_GIVEN=1; shift 2 ;;
@@ -95,16 +104,27 @@ for v in "$BUDGET" "$TRAIN_TPS" "$TEACHER_TPS" "$DISTILL_N" "$PORT"; do
 done
 [ -z "$BUDGET" ] || awk -v b="$BUDGET" 'BEGIN{exit !(b > 0)}' || die "--budget-hours must be > 0"
 [ -z "$TEACHER_URL" ] || [ "$LOCAL_TEACHER" = 0 ] || die "--teacher and --local-teacher exclude each other"
+# The rehearsals: TINY, the tiny test model on the CPU; SHAPE, --from DIR
+# (MiniCPM5-2B's shape) on the GPU. Only the flag picks SHAPE: a
+# $MINICPM5_DIR set for real runs must not turn --rehearsal into a GPU run.
+TINY=0 SHAPE=0
+if [ "$REHEARSAL" = 1 ]; then
+	if [ -n "$FROM_FLAG" ]; then SHAPE=1; else TINY=1; fi
+	[ -z "$BUDGET" ] || die "--budget-hours is for the real run; the rehearsals' budgets are fixed"
+fi
+[ "$SHAPE" = 0 ] || [ -f "$FROM/config.json" ] || die "--rehearsal --from $FROM: no config.json there (want a Hugging Face checkpoint directory)"
 
 # --- the plan ----------------------------------------------------------------
 # Figures the durations are computed from. Training: docs/training.md projects
 # 3.4e14 FLOPs per 4096-token sequence (8.3e10 per token) for stage 1 and
 # 1.18e11 per token at stage 2's 8192 (attention grows with the length), so
-# stage 2 runs at 0.70 of stage 1's tokens/s. Not yet measured on the GPU.
+# stage 2 runs at 0.70 of stage 1's tokens/s. Stage 1's rate is measured on
+# an H200 (docs/benchmarks.md, TRAIN_TPS below); stage 2's is not.
 AVG_ANSWER=3000  # tokens per distilled answer, reasoning included (assumed)
 TOKENIZE_MBS=24  # data prepare, MB/s per core (docs/benchmarks.md: 23-26 warm)
 BYTES_PER_TOKEN=3.2
-if [ "$REHEARSAL" = 1 ]; then
+REPEAT='' KEEP_CKPTS=''
+if [ "$TINY" = 1 ]; then
 	OUT=${OUT:-out/rehearsal}
 	FROM=testdata/tiny-llama
 	DEVICE=cpu DTYPE=f32
@@ -120,6 +140,33 @@ if [ "$REHEARSAL" = 1 ]; then
 	DISTILL_SPECS=("synth|$OUT/synth/train.jsonl|messages|100")
 	EVAL_ITEMS=2 EVAL_MAX_TOKENS=48
 	LOCAL_TEACHER=1
+elif [ "$SHAPE" = 1 ]; then
+	# The real model's shapes, device, dtype and presets (sequence lengths,
+	# layer checkpointing, loss chunks, file formats) with the tiny
+	# rehearsal's data and budgets: one sequence a step (the presets
+	# accumulate 16 and 8), so a step takes ~1.5 s at 4096 on an H200.
+	# Stage 1 walks the whole block warm-up, one step per size.
+	OUT=${OUT:-out/rehearsal-gpu}
+	DEVICE=cuda DTYPE=bf16
+	BLOCK=32
+	STEPS1=10 TOKS1=4096 SEQ1=4096 HOLD1=2 WARM1=2 CKPT1=10
+	STEPS2=5 TOKS2=8192 SEQ2=8192 HOLD2=2 WARM2=1 CKPT2=5
+	SIZES1=(1 4 8 16 32) FRACS1=(0 0.025 0.05 0.075 0.1)
+	TRAIN_TPS=${TRAIN_TPS:-2900}
+	TEACHER_TPS=${TEACHER_TPS:-35}
+	DISTILL_N=${DISTILL_N:-8}
+	DISTILL_MAX_TOKENS=32 DISTILL_CONCURRENCY=2 DISTILL_DROP=
+	AVG_ANSWER=32
+	DISTILL_SPECS=("synth|$OUT/synth/train.jsonl|messages|100")
+	EVAL_ITEMS=1 EVAL_MAX_TOKENS=32
+	LOCAL_TEACHER=1
+	# The tiny corpus holds ~30k tokens and 8 answers far fewer: the
+	# sources repeat so that the 4096- and 8192-token sequences fill at the
+	# configured shares.
+	REPEAT=", repeat: true"
+	# A checkpoint at this shape is 30 GB (float32 weights and two moments):
+	# one per stage, and removed once no later stage needs it.
+	KEEP_CKPTS=1
 else
 	OUT=${OUT:-out}
 	DEVICE=cuda DTYPE=bf16
@@ -128,7 +175,7 @@ else
 	STEPS1=16000 TOKS1=65536 SEQ1=4096 HOLD1=64 WARM1=300 CKPT1=500
 	STEPS2=3000 TOKS2=65536 SEQ2=8192 HOLD2=32 WARM2=100 CKPT2=250
 	SIZES1=(1 4 8 16 32) FRACS1=(0 0.025 0.05 0.075 0.1)
-	TRAIN_TPS=${TRAIN_TPS:-4700}
+	TRAIN_TPS=${TRAIN_TPS:-2900}
 	if [ -n "$TEACHER_URL" ]; then TEACHER_TPS=${TEACHER_TPS:-20000}; else TEACHER_TPS=${TEACHER_TPS:-35}; fi
 	# Room for the prompt inside stage 2's 8192-token sequences.
 	DISTILL_MAX_TOKENS=7680 DISTILL_CONCURRENCY=64 DISTILL_DROP=--drop-truncated
@@ -141,7 +188,7 @@ else
 	)
 	EVAL_ITEMS=10 EVAL_MAX_TOKENS=2048
 fi
-TPS2=$(awk -v t="$TRAIN_TPS" -v r="$REHEARSAL" 'BEGIN{printf "%d", (r == 1 ? t : t * 0.70)}')
+TPS2=$(awk -v t="$TRAIN_TPS" -v r="$TINY" 'BEGIN{printf "%d", (r == 1 ? t : t * 0.70)}')
 full_secs=$(awk -v s1="$STEPS1" -v t1="$TOKS1" -v s2="$STEPS2" -v t2="$TOKS2" -v a="$TRAIN_TPS" -v b="$TPS2" \
 	'BEGIN{printf "%.0f", s1 * t1 / a + s2 * t2 / b}')
 SCALED=0
@@ -206,7 +253,10 @@ header() { # title, expected
 	say "   expected: $2"
 	T_STAGE=$(date +%s)
 }
-finish() { SECS[$1]=$(($(date +%s) - T_STAGE)); }
+finish() { # stage name: its wall time, kept for the summary and printed
+	SECS[$1]=$(($(date +%s) - T_STAGE))
+	[ "$DRY" = 1 ] || say "   $1 took ${SECS[$1]} s"
+}
 skip() {
 	say "   done already ($1): skipped"
 	SECS[$2]=0
@@ -227,7 +277,12 @@ stop_server() {
 		SERVER_PID=
 	fi
 }
-trap stop_server EXIT
+on_exit() { # name the stage that failed: set -e stops at any command
+	local rc=$?
+	stop_server
+	[ "$rc" = 0 ] || say "stopped $([ "$STAGE" = 0 ] && echo "before stage 1 (exit $rc)" || echo "in stage [$STAGE/8] (exit $rc); rerun the same command to resume")"
+}
+trap on_exit EXIT
 free_port() { # a free loopback port (the default one when python3 is missing)
 	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null || echo "$1"
 }
@@ -240,8 +295,7 @@ start_server() { # name model port: dllm serve on loopback, waits for /health
 	[ "$DRY" = 1 ] && return
 	"${cmd[@]}" >"$LOGS/$name-serve.log" 2>&1 &
 	SERVER_PID=$!
-	local i
-	for i in $(seq 3000); do
+	for _ in $(seq 3000); do
 		curl -sf --noproxy '*' -o /dev/null "http://127.0.0.1:$port/health" && return
 		kill -0 "$SERVER_PID" 2>/dev/null || {
 			tail -n 20 "$LOGS/$name-serve.log" >&2
@@ -269,27 +323,53 @@ if [ "$DRY" = 0 ]; then
 	if [ ! -e "$DLLM_TORCH_LIB" ]; then
 		# The CPU shim would train nothing on the GPU: that one is built
 		# against the PyTorch wheel (docs/gpu.md; ./serve.sh does it too).
-		[ "$REHEARSAL" = 1 ] || die "$DLLM_TORCH_LIB is missing: build the CUDA shim first (docs/gpu.md: make shim TORCH=...)"
+		[ "$TINY" = 1 ] || die "$DLLM_TORCH_LIB is missing: build the CUDA shim first (docs/gpu.md: make shim TORCH=...)"
 		say "building the libtorch shim (make shim)"
 		make --no-print-directory shim >&2
 	fi
+	# Fail here, not after convert and distill, when the shim is the CPU one.
+	ver=$("$BIN" version 2>&1) || true
+	if [ "$DEVICE" = cuda ] && ! grep -q '^cuda: [1-9]' <<<"$ver"; then
+		echo "$ver" >&2
+		die "libtorch sees no GPU through $DLLM_TORCH_LIB: on the GPU machine build the CUDA shim (make shim TORCH=\$(python3 -c 'import torch,os;print(os.path.dirname(torch.__file__))'))"
+	fi
 fi
-say "plan: $([ "$REHEARSAL" = 1 ] && echo "REHEARSAL on the tiny test model, CPU" || echo "MiniCPM5-2B from ${FROM:-HF_DIR}, GPU") -> $OUT"
+if [ "$SHAPE" = 1 ] && [ "$DRY" = 0 ] && [ ! -f "$FINAL/dllm.json" ]; then
+	# The peak is at stage 2's end: stage 1's float32 export (2 W, W = the
+	# bf16 weights), stage 2's checkpoint (6 W: float32 weights and AdamW's
+	# two moments) and its bf16 export (W); stage 1's checkpoint (6 W) is
+	# removed before. What this directory holds already counts against it.
+	w=$(du -cbL "$FROM"/*.safetensors 2>/dev/null | tail -n 1 | cut -f1) || true
+	[ "${w:-0}" -gt 0 ] || die "$FROM holds no *.safetensors weights"
+	used=$(du -sbL "$FROM" "$OUT" 2>/dev/null | tail -n 1 | cut -f1) || true
+	avail=$(df -PB1 "$OUT" | awk 'NR == 2 {print $4}')
+	need=$((9 * w - ${used:-0}))
+	[ "$need" -gt 0 ] || need=0
+	gb() { awk -v b="$1" 'BEGIN{printf "%.1f GB", b / 1e9}'; }
+	say "disk: the rehearsal needs ~$(gb "$need") more on $(df -P "$OUT" | awk 'NR == 2 {print $6}') ($(gb "$avail") free)"
+	[ "$avail" -ge "$need" ] || die "not enough disk space for the GPU rehearsal: ~$(gb "$need") needed, $(gb "$avail") free under $OUT"
+fi
+case "$TINY$SHAPE" in
+10) what="REHEARSAL on the tiny test model, CPU" ;;
+01) what="GPU REHEARSAL at MiniCPM5-2B's shape from $FROM, cuda, bf16, the tiny corpus and budgets" ;;
+*) what="MiniCPM5-2B from ${FROM:-HF_DIR}, GPU" ;;
+esac
+say "plan: $what -> $OUT"
 say "  stage 1: $(commas "$STEPS1") steps x $(commas "$TOKS1") tokens = $(commas "$TRAIN_TOKENS1") tokens, blocks (step:size) $SCHED1"
 say "  stage 2: $(commas "$STEPS2") steps x $(commas "$TOKS2") tokens = $(commas "$TRAIN_TOKENS2") tokens, blocks of $BLOCK"
-say "  training speed: $(commas "$TRAIN_TPS") tok/s stage 1, $(commas "$TPS2") tok/s stage 2$([ -z "${TRAIN_TPS_GIVEN:-}" ] && [ "$REHEARSAL" = 0 ] && echo " (FLOPs projection at 40% MFU, NOT measured: pass --train-tps)")"
+say "  training speed: $(commas "$TRAIN_TPS") tok/s stage 1, $(commas "$TPS2") tok/s stage 2$([ -z "${TRAIN_TPS_GIVEN:-}" ] && [ "$TINY" = 0 ] && echo " (measured on an H200 with random weights of this shape, docs/benchmarks.md; pass --train-tps for your machine)")"
 if [ "$SCALED" = 1 ]; then
 	say "  --budget-hours $BUDGET scales the full recipe ($(dur "$full_secs") of training) by $f"
 fi
 say "  training total: $(dur "$(awk -v a="$TRAIN_TOKENS1" -v b="$TRAIN_TOKENS2" -v x="$TRAIN_TPS" -v y="$TPS2" 'BEGIN{printf "%.0f", a / x + b / y}')")"
 
 # --- 1. convert --------------------------------------------------------------
-header "convert $FROM" "$([ "$REHEARSAL" = 1 ] && echo "~1 s" || echo "~10 s: hard links plus a sha256 of the 5 GB checkpoint, twice (6.6 s each on the H200 machine)")"
+header "convert $FROM" "$([ "$TINY" = 1 ] && echo "~1 s" || echo "~10 s: hard links plus a sha256 of the 5 GB checkpoint, twice (6.6 s each on the H200 machine)")"
 if [ -f "$DLLM/dllm.json" ] && [ -f "$AR/dllm.json" ]; then
 	skip "$DLLM/dllm.json, $AR/dllm.json" convert
 else
 	preset=()
-	[ "$REHEARSAL" = 1 ] || preset=(--preset configs/minicpm5-2b.yaml)
+	[ "$TINY" = 1 ] || preset=(--preset configs/minicpm5-2b.yaml)
 	# The diffusion model to train, and the AR original as a dllm model with
 	# blocks of 1 (decoding it is plain greedy/sampled AR): the distillation
 	# teacher and the evaluation baseline. Both hard-link the same weights.
@@ -304,7 +384,7 @@ if [ "$REHEARSAL" = 1 ] && [ "$DRY" = 0 ] && [ ! -f "$OUT/synth/tasks.json" ]; t
 	"$BIN" data synth --out "$OUT/synth" --train 100 --heldout 10 --seed 0 >"$LOGS/synth.log"
 fi
 header "distill $(commas "$DISTILL_N") prompts with the original model" \
-	"$(commas "$DISTILL_N") x ~$AVG_ANSWER tokens / $(commas "$TEACHER_TPS") tok/s = $(dur "$(secs_for "$((DISTILL_N * AVG_ANSWER))" "$TEACHER_TPS")")$([ -z "$TEACHER_URL" ] && [ "$REHEARSAL" = 0 ] && echo " with dllm serve (measured 35 tok/s, one stream)")"
+	"$(commas "$DISTILL_N") x ~$AVG_ANSWER tokens / $(commas "$TEACHER_TPS") tok/s = $(dur "$(secs_for "$((DISTILL_N * AVG_ANSWER))" "$TEACHER_TPS")")$([ -z "$TEACHER_URL" ] && [ "$TINY" = 0 ] && echo " with dllm serve (measured 35 tok/s, one stream)")$([ "$SHAPE" = 1 ] && echo ", plus ~10 s to load the teacher")"
 [ "$DRY" = 1 ] || mkdir -p "$DISTILL"
 todo=()
 for spec in "${DISTILL_SPECS[@]}"; do
@@ -365,9 +445,9 @@ shard_tokens: 4096
 separator: ""
 chat: {enable_thinking: true}
 sources:
-  - {name: web, kind: text, paths: [testdata/corpus/tiny.jsonl], weight: 0.7}
-  - {name: sft-replay, kind: chat, paths: [$OUT/synth/train.jsonl], weight: 0.15}
-  - {name: distilled, kind: chat, paths: ["$DISTILL/*.distilled.jsonl"], weight: 0.15}
+  - {name: web, kind: text, paths: [testdata/corpus/tiny.jsonl], weight: 0.7$REPEAT}
+  - {name: sft-replay, kind: chat, paths: [$OUT/synth/train.jsonl], weight: 0.15$REPEAT}
+  - {name: distilled, kind: chat, paths: ["$DISTILL/*.distilled.jsonl"], weight: 0.15$REPEAT}
 EOF
 	cat >"$CONFIGS/sft-data.yaml" <<EOF
 tokenizer: $DLLM
@@ -377,8 +457,8 @@ shard_tokens: 4096
 separator: ""
 chat: {enable_thinking: true}
 sources:
-  - {name: distilled, kind: chat, paths: ["$DISTILL/*.distilled.jsonl"], weight: 0.6}
-  - {name: synth, kind: chat, paths: [$OUT/synth/train.jsonl], weight: 0.4}
+  - {name: distilled, kind: chat, paths: ["$DISTILL/*.distilled.jsonl"], weight: 0.6$REPEAT}
+  - {name: synth, kind: chat, paths: [$OUT/synth/train.jsonl], weight: 0.4$REPEAT}
 EOF
 }
 prepared() { grep -q '"complete": *true' "$1/manifest.json" 2>/dev/null; }
@@ -399,25 +479,54 @@ fi
 # --- 4, 5. train -------------------------------------------------------------
 train_args() { # stage -> the dllm train arguments
 	if [ "$1" = 1 ]; then
-		if [ "$REHEARSAL" = 1 ]; then
+		if [ "$TINY" = 1 ]; then
 			echo --config configs/train/tiny-cpu.yaml
 		else
 			echo --config configs/train/minicpm5-2b-block.yaml
 		fi
 	else
-		if [ "$REHEARSAL" = 1 ]; then
+		if [ "$TINY" = 1 ]; then
 			echo --config configs/train/tiny-cpu.yaml --lr 1e-3 --set min_lr=1e-4
 		else
-			echo --config configs/train/minicpm5-2b-sft.yaml
+			# The preset names out/minicpm5-2b-ar as the (off by default)
+			# distillation teacher: this work directory's copy instead.
+			echo --config configs/train/minicpm5-2b-sft.yaml --set "distill.teacher=$AR"
 		fi
 	fi
 }
+# At the real shape, with so few steps, the files take longer than the steps
+# (not measured yet; the disk's speed decides).
+SHAPE_IO1='' SHAPE_IO2=''
+if [ "$SHAPE" = 1 ]; then
+	SHAPE_IO1=", plus ~1 min to load the model, write the 30 GB checkpoint and the 10 GB float32 export"
+	SHAPE_IO2=", plus ~1 min to load stage 1's export, write the 30 GB checkpoint and the 5 GB export"
+fi
+# The GPU rehearsal's overrides of the presets: one sequence a step, a
+# held-out set that its tiny data can fill, a log line every step, one
+# checkpoint kept.
+shape_args() { # stage's held-out sequences
+	[ "$SHAPE" = 1 ] || return 0
+	echo --grad-accum 1 --log-every 1 --set "data.hold_out=$1" --set "eval_seqs=$1" --set "keep_checkpoints=$KEEP_CKPTS"
+}
+# prune DIR WHY: the GPU rehearsal removes a checkpoint or an export's
+# weights (30 and 10 GB) once no later stage reads them, so that it fits a
+# 64 GB disk; a real run keeps everything. Stages test for dllm.json, which
+# stays, so a rerun still skips the stages that are done.
+prune() {
+	[ "$SHAPE" = 1 ] || return 0
+	if [ "$DRY" = 1 ]; then
+		say "   rehearsal: then removes $1 ($2)"
+	elif [ -e "$1" ]; then
+		say "   rehearsal: removing $1 ($(du -sh "$1" | cut -f1); $2)"
+		rm -rf "$1"
+	fi
+}
 header "train stage 1: block diffusion, blocks (step:size) $SCHED1" \
-	"$(commas "$TRAIN_TOKENS1") tokens / $(commas "$TRAIN_TPS") tok/s = $(dur "$(secs_for "$TRAIN_TOKENS1" "$TRAIN_TPS")")"
+	"$(commas "$TRAIN_TOKENS1") tokens / $(commas "$TRAIN_TPS") tok/s = $(dur "$(secs_for "$TRAIN_TOKENS1" "$TRAIN_TPS")")$SHAPE_IO1"
 if [ -f "$EXPORT1/dllm.json" ]; then
 	skip "$EXPORT1/dllm.json" train1
 else
-	read -ra base <<<"$(train_args 1)"
+	read -ra base <<<"$(train_args 1) $(shape_args "$HOLD1")"
 	extra=()
 	if [ "$SCALED" = 1 ] || [ "$REHEARSAL" = 1 ]; then
 		extra=(--steps "$STEPS1" --set "warmup_steps=$WARM1" --set "block_schedule=$SCHED1_YAML"
@@ -430,13 +539,14 @@ else
 	[ "$DRY" = 1 ] || [ -f "$EXPORT1/dllm.json" ] || die "stage 1 ended without $EXPORT1"
 	finish train1
 fi
+prune "$RUN1/checkpoints" "stage 2 starts from the export"
 
 header "train stage 2: chat/reasoning SFT with <think> traces, blocks of $BLOCK" \
-	"$(commas "$TRAIN_TOKENS2") tokens / $(commas "$TPS2") tok/s = $(dur "$(secs_for "$TRAIN_TOKENS2" "$TPS2")")"
+	"$(commas "$TRAIN_TOKENS2") tokens / $(commas "$TPS2") tok/s = $(dur "$(secs_for "$TRAIN_TOKENS2" "$TPS2")")$SHAPE_IO2"
 if [ -f "$EXPORT2/dllm.json" ]; then
 	skip "$EXPORT2/dllm.json" train2
 else
-	read -ra base <<<"$(train_args 2)"
+	read -ra base <<<"$(train_args 2) $(shape_args "$HOLD2")"
 	extra=()
 	if [ "$SCALED" = 1 ] || [ "$REHEARSAL" = 1 ]; then
 		extra=(--steps "$STEPS2" --set "warmup_steps=$WARM2" --set "checkpoint_every=$CKPT2" --set "eval_every=$CKPT2" --set sample_every=0)
@@ -446,9 +556,10 @@ else
 	[ "$DRY" = 1 ] || [ -f "$EXPORT2/dllm.json" ] || die "stage 2 ended without $EXPORT2"
 	finish train2
 fi
+prune "$EXPORT1/model.safetensors" "stage 2 is done"
 
 # --- 6. export ---------------------------------------------------------------
-header "export $FINAL" "$([ "$REHEARSAL" = 1 ] && echo "~1 s" || echo "~1 min: 10 GB of float32 masters read, 5 GB of bf16 written")"
+header "export $FINAL" "$([ "$TINY" = 1 ] && echo "~1 s" || echo "~1 min: 10 GB of float32 masters read, 5 GB of bf16 written")"
 if [ -f "$FINAL/dllm.json" ]; then
 	skip "$FINAL/dllm.json" export
 else
@@ -463,7 +574,7 @@ fi
 # Two models x 4 tasks x items x about half the cap, at the AR floor of 35 tok/s.
 eval_secs=$(awk -v n="$EVAL_ITEMS" -v m="$EVAL_MAX_TOKENS" 'BEGIN{printf "%.0f", 2 * 4 * n * m / 2 / 35}')
 header "quick eval on $EVAL_TASKS (AR original vs diffusion model)" \
-	"$([ "$REHEARSAL" = 1 ] && echo "~20 s" || echo "<= $(dur "$eval_secs"): 2 models x 4 tasks x $EVAL_ITEMS items x ~$((EVAL_MAX_TOKENS / 2)) tokens at >= 35 tok/s")"
+	"$([ "$TINY" = 1 ] && echo "~20 s" || echo "<= $(dur "$eval_secs")$([ "$SHAPE" = 1 ] && echo " plus ~10 s per model to load"): 2 models x 4 tasks x $EVAL_ITEMS items x ~$((EVAL_MAX_TOKENS / 2)) tokens at >= 35 tok/s")"
 if [ -f "$EVAL/diffusion.json" ]; then
 	skip "$EVAL/diffusion.json" eval
 else
@@ -497,12 +608,14 @@ if [ "$DRY" = 0 ]; then
 	done
 fi
 header "serve $FINAL" "ready in < 30 s (4.9 s measured on the H200 machine)"
-if [ "$DRY" = 1 ]; then
+if [ "$SERVE" = 0 ]; then
+	say "   --no-serve: not started (./serve.sh --model $FINAL serves the result)"
+elif [ "$DRY" = 1 ]; then
 	printf '   $ ./serve.sh --model %q --port %q\n' "$FINAL" "$PORT" >&2
 elif [ "$REHEARSAL" = 1 ]; then
 	# Start it, ask one question, stop: the rehearsal must end.
 	sport=$(free_port 18630)
-	./serve.sh --model "$FINAL" --host 127.0.0.1 --port "$sport" --device cpu --dtype f32 >"$LOGS/serve.sh.log" 2>&1 &
+	./serve.sh --model "$FINAL" --host 127.0.0.1 --port "$sport" --device "$DEVICE" --dtype "$DTYPE" >"$LOGS/serve.sh.log" 2>&1 &
 	SERVER_PID=$!
 	for _ in $(seq 600); do
 		curl -sf --noproxy '*' -o /dev/null "http://127.0.0.1:$sport/health" && break
@@ -513,10 +626,10 @@ elif [ "$REHEARSAL" = 1 ]; then
 		-d '{"messages":[{"role":"user","content":"What is 19+30?"}],"max_tokens":16}') || die "serve.sh did not answer"
 	say "   serve.sh answered: $answer"
 	stop_server
-	say "rehearsal complete: every stage ran on the tiny model"
-elif [ "$SERVE" = 1 ]; then
+else
 	trap - EXIT
 	exec ./serve.sh --model "$FINAL" --port "$PORT"
-else
-	say "done: ./serve.sh --model $FINAL"
+fi
+if [ "$REHEARSAL" = 1 ] && [ "$DRY" = 0 ]; then
+	say "rehearsal complete: every stage ran $([ "$TINY" = 1 ] && echo "on the tiny model" || echo "at MiniCPM5-2B's shape ($FROM)")$([ "$SERVE" = 0 ] && echo ", serve.sh skipped (--no-serve)")"
 fi
