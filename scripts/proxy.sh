@@ -19,7 +19,7 @@
 #   TRAIN, HELDOUT   synthetic problems per task (6000, 100)
 #   TEACHER_SET      extra --set KEY=VALUE words for the teacher's training
 #   DIFF_SET         extra --set KEY=VALUE words for the diffusion training
-#   THRESHOLD        the diffusion model's denoising threshold (dllm.json's)
+#   THRESHOLD        the diffusion model's denoising threshold (0.95; "" for dllm.json's)
 #   KEEP=1           reuse the data and teacher of an earlier run in PROXY_OUT
 #                    (only the diffusion stage and the evals run again)
 #   KEEP=2           reuse the diffusion model too (only the evals run again)
@@ -32,7 +32,6 @@ OUT=${PROXY_OUT:-out/proxy}
 TRAIN=${TRAIN:-6000}
 HELDOUT=${HELDOUT:-100}
 PORT=${PORT:-18400}
-BIN=$ROOT/bin/dllm
 TOK=testdata/tiny-llama
 
 say() { echo "proxy: $*" >&2; }
@@ -40,12 +39,30 @@ stamp() { date +%s; }
 T0=$(stamp)
 declare -A SECS
 
-[ -x "$BIN" ] && [ -e bin/libdllmtorch.so ] || make --no-print-directory all >&2
 sets() { local w; for w in $1; do printf -- '--set\n%s\n' "$w"; done; }
 
 if [ "${KEEP:-0}" = 0 ]; then
 	rm -rf "$OUT"
-	mkdir -p "$OUT"
+fi
+mkdir -p "$OUT/bin"
+
+# Every stage runs a private copy of the binary and the shim: bin/ may be
+# rebuilt, with another shim ABI, while the proxy runs. A copy that does not
+# pass the smoke check (missing, or a binary and a shim of different
+# builds) is remade with make first.
+BIN=$OUT/bin/dllm
+export DLLM_TORCH_LIB=$(cd "$OUT/bin" && pwd)/libdllmtorch.so
+private_bin() {
+	rm -f "$BIN" "$DLLM_TORCH_LIB"
+	cp bin/dllm bin/libdllmtorch.so "$OUT/bin/" 2>/dev/null && "$BIN" version --smoke --device cpu >/dev/null 2>&1
+}
+if ! private_bin; then
+	say "bin/dllm or bin/libdllmtorch.so is missing or they do not match; running make all"
+	make --no-print-directory all >&2
+	private_bin || { "$BIN" version --smoke --device cpu >&2; exit 1; }
+fi
+
+if [ "${KEEP:-0}" = 0 ]; then
 
 	# 1. Data: the tasks, and the training chats packed with the tokenizer.
 	t=$(stamp)
@@ -114,7 +131,8 @@ SECS[eval_teacher]=$(($(stamp) - t))
 t=$(stamp)
 say "diffusion model (blocks of 8): $DIFF"
 th=()
-[ -n "${THRESHOLD:-}" ] && th=(--threshold "$THRESHOLD")
+THRESHOLD=${THRESHOLD-0.95}
+[ -n "$THRESHOLD" ] && th=(--threshold "$THRESHOLD")
 evaluate diffusion "$DIFF" "$((PORT + 1))" --baseline "$OUT/teacher.json" ${th[@]+"${th[@]}"}
 SECS[eval_diffusion]=$(($(stamp) - t))
 

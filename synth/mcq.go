@@ -23,9 +23,15 @@ func sortedKey(opts []int) string {
 }
 
 // genMCQ asks which of four distinct 2-digit numbers is the largest (or the
-// smallest). The work keeps a running best, one fixed-width line per
-// option: "C=64 64 C" quotes option C (found by its letter), then the best
-// value and letter so far, which the next line compares against.
+// smallest). The work is one line per option that compares it with the best
+// so far and names the best after it: ">C 64" says option C is greater than
+// the best before it, so C, 64 is the best now ("=A ..." for the first
+// option, compared with itself). The lines have the prompt's option lines'
+// width in tokens ("C) 64"), so line i finds option i's value at the same
+// distance for every i, and the previous best right above: a tiny model
+// learns a fixed distance fast but finding a line by its letter slowly.
+// First versions that restated each option ("C=64 64 C", "C) 64>58") left
+// a 330k-parameter teacher at 30-55% after the same budget.
 func genMCQ(r *rand.Rand) Problem {
 	opts := make([]int, 0, 4)
 	for len(opts) < 4 {
@@ -47,10 +53,18 @@ func genMCQ(r *rand.Rand) Problem {
 	best := 0
 	var work []string
 	for i, v := range opts {
-		if i > 0 && (v > opts[best]) == largest {
+		prev := opts[best]
+		sym := '='
+		switch {
+		case v > prev:
+			sym = '>'
+		case v < prev:
+			sym = '<'
+		}
+		if v != prev && (v > prev) == largest {
 			best = i
 		}
-		work = append(work, fmt.Sprintf("%c=%d %d %c", letters[i], v, opts[best], letters[best]))
+		work = append(work, fmt.Sprintf("%c%c %d", sym, letters[best], opts[best]))
 	}
 	return Problem{
 		Canonical: "mcq:" + kind + ":" + sortedKey(opts),

@@ -211,7 +211,9 @@ func evalExpr(t *testing.T, expr string, vars map[string]int) int {
 // and the problems stay short.
 func TestAnswersAndTraces(t *testing.T) {
 	s := mustGenerate(t, Options{Train: 500, Heldout: 100, Seed: 11})
-	line := regexp.MustCompile(`^(?:[utho] |[abcd]=)(\d+)([+*-])(\d+)(?:\+(\d+))?=(\d+)$`)
+	// A line of arithmetic: "u 7+5+1=13", "t 3*9=27+6=33", "c=07*2=14"
+	// (the product's optional middle term, then an optional carry).
+	line := regexp.MustCompile(`^(?:[utho] |[abcd]=)(\d+)([+*-])(\d+)(?:=(\d+))?(?:\+(\d+))?=(\d+)$`)
 	for _, sp := range s.Tasks {
 		for _, p := range slices.Concat(sp.Train, sp.Heldout) {
 			if got := solve(t, &p); got != p.Answer {
@@ -231,9 +233,14 @@ func TestAnswersAndTraces(t *testing.T) {
 				}
 				x, _ := strconv.Atoi(m[1])
 				y, _ := strconv.Atoi(m[3])
-				c, _ := strconv.Atoi(m[4])
-				z, _ := strconv.Atoi(m[5])
+				c, _ := strconv.Atoi(m[5])
+				z, _ := strconv.Atoi(m[6])
 				want := map[string]int{"+": x + y + c, "-": x - y, "*": x*y + c}[m[2]]
+				if m[4] != "" {
+					if pp, _ := strconv.Atoi(m[4]); m[2] != "*" || pp != x*y {
+						t.Fatalf("%s %q: false product in %q", p.Task, p.Prompt, l)
+					}
+				}
 				if want != z {
 					t.Fatalf("%s %q: false line %q", p.Task, p.Prompt, l)
 				}
@@ -254,13 +261,15 @@ func TestAnswersAndTraces(t *testing.T) {
 					t.Fatalf("%s %q: work ends %q, answer %s", p.Task, p.Prompt, last, p.Answer)
 				}
 			case "mcq":
-				if !strings.HasSuffix(last, " "+p.Answer) {
+				if last[1:2] != p.Answer {
 					t.Fatalf("mcq %q: work ends %q, answer %s", p.Prompt, last, p.Answer)
 				}
 			}
 			switch p.Task {
 			case "add":
 				checkColumns(t, &p, work)
+			case "mul":
+				checkProducts(t, &p, work)
 			case "mcq":
 				checkComparisons(t, &p, work)
 			case "trace":
@@ -322,31 +331,60 @@ func TestSmallSpace(t *testing.T) {
 	}
 }
 
-// checkComparisons: each line quotes its option by letter and value, then
-// the best value and letter so far.
+// checkComparisons: one line per option: the true comparison of the
+// option with the best before it (the first option with itself), then the
+// best letter and value after it.
 func checkComparisons(t *testing.T, p *Problem, work []string) {
 	t.Helper()
 	value := map[byte]int{}
 	for i, c := range p.Choices {
 		value[letters[i]], _ = strconv.Atoi(c)
 	}
+	if len(work) != len(p.Choices) {
+		t.Fatalf("%q: %d lines of work for %d options", p.Prompt, len(work), len(p.Choices))
+	}
 	largest := strings.Contains(p.Prompt, "largest")
 	best := byte('A')
 	for i, l := range work {
-		var c, w byte
-		var cv, bv int
-		if _, err := fmt.Sscanf(l, "%c=%d %d %c", &c, &cv, &bv, &w); err != nil {
+		var sym, w byte
+		var bv int
+		if _, err := fmt.Sscanf(l, "%c%c %d", &sym, &w, &bv); err != nil {
 			t.Fatalf("%q: line %q: %v", p.Prompt, l, err)
 		}
-		if c != letters[i] || cv != value[c] {
-			t.Fatalf("%q: line %q misquotes option %c", p.Prompt, l, letters[i])
+		cv, pv := value[letters[i]], value[best]
+		if want := map[bool]byte{true: '>', false: '<'}[cv > pv]; cv == pv && sym != '=' || cv != pv && sym != want {
+			t.Fatalf("%q: line %q: false comparison of option %c", p.Prompt, l, letters[i])
 		}
-		if (cv > value[best]) == largest {
-			best = c
+		if cv != pv && (cv > pv) == largest {
+			best = letters[i]
 		}
 		if w != best || bv != value[best] {
 			t.Fatalf("%q: line %q names the wrong best", p.Prompt, l)
 		}
+	}
+}
+
+// checkProducts: a product's lines take the digits of the 3-digit factor
+// from the right, multiply each by the one-digit factor and add the carry
+// of the line before.
+func checkProducts(t *testing.T, p *Problem, work []string) {
+	t.Helper()
+	a, d := operands(t, p.Prompt)
+	da := digits(a)
+	carry := 0
+	for i, l := range work[:len(work)-1] {
+		var place byte
+		var x, y, pp, c, s int
+		if _, err := fmt.Sscanf(l, "%c %d*%d=%d+%d=%d", &place, &x, &y, &pp, &c, &s); err != nil || place != placeLabels[i] {
+			t.Fatalf("%q: product line %q: %v", p.Prompt, l, err)
+		}
+		if x != at(da, i) || y != d || c != carry {
+			t.Fatalf("%q: digit %d is %q", p.Prompt, i, l)
+		}
+		carry = s / 10
+	}
+	if len(work)-1 != len(da) {
+		t.Fatalf("%q: %d product lines for %d digits", p.Prompt, len(work)-1, len(da))
 	}
 }
 

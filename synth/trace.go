@@ -15,20 +15,25 @@ const traceVars = "abcd"
 // arithmetic a tiny model can do in one line.
 const traceMax = 99
 
-// genTrace writes a chain of 3-4 assignments over the variables a, b, c,
+// traceLen is the number of statements of a traced program. One length
+// keeps each statement at the same distance from the line of work that runs
+// it; with 3 or 4 statements a tiny teacher often took the operator or the
+// constant from the wrong statement.
+const traceLen = 4
+
+// genTrace writes a chain of four assignments over the variables a, b, c,
 // d (a constant first, then each from the one before with +, - or * a
 // constant) whose values stay in 0..99, and asks for the last one's value.
 // The work runs each statement with the values written with two digits,
 // "c=07*2=14", so every line has the same shape.
 func genTrace(r *rand.Rand) Problem {
 	for {
-		n := 3 + r.IntN(2)
 		v := 1 + r.IntN(9)
 		src := []string{fmt.Sprintf("a=%d", v)}
 		work := []string{fmt.Sprintf("a=%02d", v)}
 		vals := []int{v}
 		ok := true
-		for i := 1; i < n; i++ {
+		for i := 1; i < traceLen; i++ {
 			op := "+-*"[r.IntN(3)]
 			k := 1 + r.IntN(9)
 			z := v + k
@@ -51,7 +56,7 @@ func genTrace(r *rand.Rand) Problem {
 		if !ok {
 			continue
 		}
-		q := n - 1
+		q := traceLen - 1
 		code := strings.Join(src, "\n")
 		return Problem{
 			Canonical: fmt.Sprintf("trace:%s:%c", strings.ReplaceAll(code, "\n", ";"), traceVars[q]),
