@@ -61,11 +61,17 @@ func columnAdd(a, b int) []string {
 	return append(lines, "="+strconv.Itoa(a+b))
 }
 
-// genAdd asks for a+b with 3-digit operands. One width keeps every digit at
-// the same distance from where the work needs it, which is what lets a
-// tiny model learn the task in minutes.
+// genAdd asks for a+b with 3-digit operands whose sum has 4 digits. One
+// width keeps every digit at the same distance from where the work needs
+// it, which is what lets a tiny model learn the task in minutes; and a sum
+// of one width tells a diffusion model, which fills a block of positions
+// at once, where the answer ends (a sum of 3 or 4 digits, depending on the
+// last carry, left every later position in its block in doubt).
 func genAdd(r *rand.Rand) Problem {
 	a, b := randDigits(r, 3, 3), randDigits(r, 3, 3)
+	for a+b < 1000 {
+		a, b = randDigits(r, 3, 3), randDigits(r, 3, 3)
+	}
 	return Problem{
 		Canonical: fmt.Sprintf("add:%d+%d", min(a, b), max(a, b)),
 		Prompt:    fmt.Sprintf("What is %d+%d?", a, b),
@@ -92,10 +98,15 @@ func digitProduct(a, d int) []string {
 	return append(lines, "="+strconv.Itoa(a*d))
 }
 
-// genMul asks for a*d, a of 3 digits and d a digit 2..9: the partial-
-// product row of long multiplication, digit by digit with carries.
+// genMul asks for a*d, a of 3 digits and d a digit 2..9, whose product has
+// 4 digits (one width, as for genAdd): the partial-product row of long
+// multiplication, digit by digit with carries. There are 6,169 such
+// problems.
 func genMul(r *rand.Rand) Problem {
 	a, d := randDigits(r, 3, 3), 2+r.IntN(8)
+	for a*d < 1000 {
+		a, d = randDigits(r, 3, 3), 2+r.IntN(8)
+	}
 	return Problem{
 		Canonical: fmt.Sprintf("mul:%d*%d", a, d),
 		Prompt:    fmt.Sprintf("What is %d*%d?", a, d),

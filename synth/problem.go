@@ -61,10 +61,10 @@ func (t *Task) Generate(r *rand.Rand) Problem {
 
 // tasks is every task, in the default order.
 var tasks = []*Task{
-	{Name: "add", Description: "sum of two 3-digit numbers, column addition with carries", Chance: 0, Format: FormatNumber, gen: genAdd},
-	{Name: "mul", Description: "product of a 3-digit number and a digit 2-9: a partial-product row of long multiplication, digit by digit with carries", Chance: 0, Format: FormatNumber, gen: genMul},
+	{Name: "add", Description: "4-digit sum of two 3-digit numbers, column addition with carries", Chance: 0, Format: FormatNumber, gen: genAdd},
+	{Name: "mul", Description: "4-digit product of a 3-digit number and a digit 2-9: a partial-product row of long multiplication, digit by digit with carries", Chance: 0, Format: FormatNumber, gen: genMul},
 	{Name: "mcq", Description: "which of four 2-digit numbers is the largest (or smallest), by running comparison", Chance: 0.25, Format: FormatLetter, gen: genMCQ},
-	{Name: "trace", Description: "final value of a chain of four assignments (a=4, b=a+3, c=b*2, d=c-5)", Chance: 0, Format: FormatNumber, gen: genTrace},
+	{Name: "trace", Description: "final value of a chain of four assignments of 2-digit values (a=14, b=a+3, c=b*2, d=c-5)", Chance: 0, Format: FormatNumber, gen: genTrace},
 }
 
 // Tasks returns every task in the default order.

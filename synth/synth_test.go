@@ -402,3 +402,32 @@ func checkTrace(t *testing.T, p *Problem, work []string) {
 		}
 	}
 }
+
+// TestWidths: every answer of a task has one width, and so does every
+// number in a trace's work, so that a diffusion model filling a block knows
+// where each number ends.
+func TestWidths(t *testing.T) {
+	s := mustGenerate(t, Options{Train: 1000, Heldout: 100, Seed: 5})
+	want := map[string]*regexp.Regexp{
+		"add":   regexp.MustCompile(`^[1-9]\d{3}$`),
+		"mul":   regexp.MustCompile(`^[1-9]\d{3}$`),
+		"mcq":   regexp.MustCompile(`^[ABCD]$`),
+		"trace": regexp.MustCompile(`^[1-9]\d$`),
+	}
+	number := regexp.MustCompile(`\d+`)
+	for _, sp := range s.Tasks {
+		for _, p := range slices.Concat(sp.Train, sp.Heldout) {
+			if !want[p.Task].MatchString(p.Answer) {
+				t.Fatalf("%s %q: answer %q has the wrong width", p.Task, p.Prompt, p.Answer)
+			}
+			if p.Task != "trace" {
+				continue
+			}
+			for _, n := range number.FindAllString(p.Prompt+"\n"+p.Reasoning, -1) {
+				if v, _ := strconv.Atoi(n); len(n) == 2 && v < traceMin || len(n) > 2 {
+					t.Fatalf("trace %q: value %s in %q", p.Prompt, n, p.Reasoning)
+				}
+			}
+		}
+	}
+}

@@ -11,9 +11,13 @@ import (
 // new one, so the work finds a statement by its variable's name.
 const traceVars = "abcd"
 
-// traceMax bounds every value a traced program holds, so that each step is
-// arithmetic a tiny model can do in one line.
-const traceMax = 99
+// traceMin and traceMax bound every value a traced program holds: two
+// digits, so that each step is arithmetic a tiny model can do in one line
+// and every value, the answer included, has one width.
+const (
+	traceMin = 10
+	traceMax = 99
+)
 
 // traceLen is the number of statements of a traced program. One length
 // keeps each statement at the same distance from the line of work that runs
@@ -22,15 +26,15 @@ const traceMax = 99
 const traceLen = 4
 
 // genTrace writes a chain of four assignments over the variables a, b, c,
-// d (a constant first, then each from the one before with +, - or * a
-// constant) whose values stay in 0..99, and asks for the last one's value.
-// The work runs each statement with the values written with two digits,
-// "c=07*2=14", so every line has the same shape.
+// d (a 2-digit constant first, then each from the one before with +, - or
+// * a constant) whose values stay in 10..99, and asks for the last one's
+// value. The work runs each statement, "c=17*2=34", so every line has the
+// same shape.
 func genTrace(r *rand.Rand) Problem {
 	for {
-		v := 1 + r.IntN(9)
+		v := traceMin + r.IntN(traceMax-traceMin+1)
 		src := []string{fmt.Sprintf("a=%d", v)}
-		work := []string{fmt.Sprintf("a=%02d", v)}
+		work := []string{fmt.Sprintf("a=%d", v)}
 		vals := []int{v}
 		ok := true
 		for i := 1; i < traceLen; i++ {
@@ -44,12 +48,12 @@ func genTrace(r *rand.Rand) Problem {
 				k = 2 + r.IntN(2)
 				z = v * k
 			}
-			if z < 0 || z > traceMax {
+			if z < traceMin || z > traceMax {
 				ok = false
 				break
 			}
 			src = append(src, fmt.Sprintf("%c=%c%c%d", traceVars[i], traceVars[i-1], op, k))
-			work = append(work, fmt.Sprintf("%c=%02d%c%d=%02d", traceVars[i], v, op, k, z))
+			work = append(work, fmt.Sprintf("%c=%d%c%d=%d", traceVars[i], v, op, k, z))
 			v = z
 			vals = append(vals, v)
 		}
