@@ -145,8 +145,8 @@ fi
 [ -e "$MODEL/config.json" ] || die "'$MODEL' is not a model directory (no config.json)" 2
 [ -e "$MODEL/dllm.json" ] || die "'$MODEL' has no dllm.json: it is not a dllm model. Convert a HuggingFace checkpoint first: bin/dllm convert --from '$MODEL' --out DIR" 2
 if [ "$DEMO" = trained ]; then
-	say "serving the built-in DEMO model (models/demo: 1.1M parameters, trained only on arithmetic and"
-	say "toy-program drills; ask it e.g. 'What is 37*24?'). Give a real one with --model DIR or DLLM_MODEL,"
+	say "serving the built-in DEMO model (models/demo: 328k parameters, trained only on arithmetic and"
+	say "toy-program drills; ask it e.g. 'What is 913+770?'). Give a real one with --model DIR or DLLM_MODEL,"
 	say "or install it at models/default"
 fi
 if [ "$DEMO" = yes ]; then

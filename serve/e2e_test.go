@@ -1,31 +1,62 @@
 package serve
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
-
-	"dllm/torch"
 )
 
-// TestE2E builds bin/dllm, converts the tiny test model, starts `dllm serve`
-// on it and runs test/e2e/serve.test.mjs with the official openai npm
-// client against it, then stops the server with SIGTERM and expects exit
-// status 0. It needs node (npm installs the client when test/e2e/node_modules
-// is missing) and the libtorch shim; it is skipped with -short.
+// TestE2E starts `dllm serve` on the tiny random test model and runs
+// test/e2e/serve.test.mjs with the official openai npm client against it
+// (the protocol: that model's text is gibberish), then stops the server
+// with SIGTERM and expects exit status 0. It needs node (npm installs the
+// client when test/e2e/node_modules is missing) and the libtorch shim; it
+// is skipped with -short.
 func TestE2E(t *testing.T) {
+	nodeTest := needNode(t)
+	bin := needBinary(t)
+	p := startServer(t, bin, tinyModelDir(t, bin), "--served-model-name", "tiny-e2e", "--max-queue", "4")
+	nodeTest(p, "serve.test.mjs", "tiny-e2e")
+
+	// The server survived everything the client did, and stops cleanly.
+	resp, err := http.Get(p.url + "/health")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("health after the client: %v %v\n%s", resp, err, p.log())
+	}
+	resp.Body.Close()
+	if err, _ := p.stop(t, 20*time.Second); err != nil {
+		t.Fatalf("server exit after SIGTERM: %v\n%s", err, p.log())
+	}
+	for _, want := range []string{"status=499", "status=400", "status=404", "msg=stopped"} {
+		if !strings.Contains(p.log(), want) {
+			t.Errorf("server log lacks %q:\n%s", want, p.log())
+		}
+	}
+}
+
+// TestE2EDemo serves the built-in demo model (models/demo: the CPU proxy's
+// diffusion model, docs/proxy.md) as ./serve.sh does without a model and
+// runs test/e2e/demo.test.mjs: it answers held-out arithmetic and
+// program-tracing questions right, streamed and not, through the openai
+// client.
+func TestE2EDemo(t *testing.T) {
+	nodeTest := needNode(t)
+	bin := needBinary(t)
+	p := startServer(t, bin, filepath.Join("..", "models", "demo"), "--served-model-name", "demo")
+	nodeTest(p, "demo.test.mjs", "demo")
+}
+
+// needNode skips the test without a node new enough for the openai client
+// and returns a function that runs one of test/e2e's files against a
+// server (installing the client first when test/e2e/node_modules lacks it).
+func needNode(t *testing.T) func(p *serverProc, file, model string) {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("-short")
 	}
@@ -37,113 +68,27 @@ func TestE2E(t *testing.T) {
 	if err := exec.Command(node, "-e", "process.exit(typeof fetch === 'function' ? 0 : 3)").Run(); err != nil {
 		t.Skipf("node at %s is too old for the openai client (need 18+): %v", node, err)
 	}
-	if err := torch.Load(); err != nil {
-		if strings.Contains(err.Error(), "not found") {
-			t.Skipf("no libtorch shim (make shim): %v", err)
-		}
-		t.Fatal(err)
-	}
-	root, err := filepath.Abs("..")
+	dir, err := filepath.Abs(filepath.Join("..", "test", "e2e"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	e2eDir := filepath.Join(root, "test", "e2e")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-
+	t.Cleanup(cancel)
 	npmInstall := make(chan error, 1)
-	go func() { npmInstall <- ensureNodeModules(ctx, e2eDir) }()
-
-	tmp := t.TempDir()
-	bin := needBinary(t)
-	modelDir := filepath.Join(tmp, "tiny")
-	run(t, ctx, root, nil, bin, "convert", "--from", "testdata/tiny-llama", "--out", modelDir, "--block-size", "4", "--hash", "fast")
-
-	srv := exec.CommandContext(ctx, bin, "serve", "--model", modelDir, "--host", "127.0.0.1", "--port", "0",
-		"--served-model-name", "tiny-e2e", "--device", "cpu", "--dtype", "f32", "--max-queue", "4")
-	srv.Env = append(os.Environ(), "DLLM_TORCH_LIB="+torch.ShimPath())
-	stderr, err := srv.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var (
-		logMu  sync.Mutex
-		logBuf bytes.Buffer
-	)
-	urlc := make(chan string, 1)
-	logDone := make(chan struct{})
-	go func() {
-		defer close(logDone)
-		re := regexp.MustCompile(`url=(http://\S+)`)
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			logMu.Lock()
-			logBuf.WriteString(sc.Text() + "\n")
-			logMu.Unlock()
-			if m := re.FindStringSubmatch(sc.Text()); m != nil {
-				select {
-				case urlc <- m[1]:
-				default:
-				}
-			}
+	go func() { npmInstall <- ensureNodeModules(ctx, dir) }()
+	return func(p *serverProc, file, model string) {
+		t.Helper()
+		if err := <-npmInstall; err != nil {
+			t.Fatalf("installing the openai client: %v", err)
 		}
-	}()
-	serverLog := func() string {
-		logMu.Lock()
-		defer logMu.Unlock()
-		return logBuf.String()
-	}
-	stopped := false
-	defer func() {
-		if !stopped {
-			srv.Process.Kill()
-			srv.Wait()
-		}
-	}()
-
-	var base string
-	select {
-	case base = <-urlc:
-	case <-time.After(60 * time.Second):
-		t.Fatalf("server did not start listening:\n%s", serverLog())
-	}
-	waitHealthy(t, base, serverLog)
-	if err := <-npmInstall; err != nil {
-		t.Fatalf("installing the openai client: %v", err)
-	}
-
-	nodeCmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=spec", "serve.test.mjs")
-	nodeCmd.Dir = e2eDir
-	nodeCmd.Env = append(os.Environ(), "DLLM_BASE_URL="+base+"/v1", "DLLM_MODEL=tiny-e2e")
-	out, err := nodeCmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("node --test: %v\n%s\nserver log:\n%s", err, out, serverLog())
-	}
-	t.Logf("node --test:\n%s", out)
-
-	// The server survived everything the client did, and stops cleanly.
-	waitHealthy(t, base, serverLog)
-	if err := srv.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	waitErr := make(chan error, 1)
-	go func() { <-logDone; waitErr <- srv.Wait() }()
-	select {
-	case err := <-waitErr:
-		stopped = true
+		cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=spec", file)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "DLLM_BASE_URL="+p.url+"/v1", "DLLM_MODEL="+model)
+		out, err := cmd.CombinedOutput()
 		if err != nil {
-			t.Fatalf("server exit after SIGTERM: %v\n%s", err, serverLog())
+			t.Fatalf("node --test %s: %v\n%s\nserver log:\n%s", file, err, out, p.log())
 		}
-	case <-time.After(20 * time.Second):
-		t.Fatalf("server still running 20 s after SIGTERM:\n%s", serverLog())
-	}
-	for _, want := range []string{"status=499", "status=400", "status=404", "msg=stopped"} {
-		if !strings.Contains(serverLog(), want) {
-			t.Errorf("server log lacks %q:\n%s", want, serverLog())
-		}
+		t.Logf("node --test %s:\n%s", file, out)
 	}
 }
 
@@ -162,33 +107,4 @@ func ensureNodeModules(ctx context.Context, dir string) error {
 		return errors.New("npm ci: " + err.Error() + "\n" + string(out))
 	}
 	return nil
-}
-
-func run(t *testing.T, ctx context.Context, dir string, env []string, name string, args ...string) {
-	t.Helper()
-	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), env...)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
-	}
-}
-
-func waitHealthy(t *testing.T, base string, serverLog func() string) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		resp, err := http.Get(base + "/health")
-		if err == nil {
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("server not healthy after 60 s:\n%s", serverLog())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
