@@ -13,9 +13,12 @@
 #      100*(acc - chance)/(teacher acc - chance) per task.
 #
 # Usage: scripts/proxy.sh   (or make proxy)
+#        SIZE=gpu scripts/proxy.sh   (the larger proxy, on one GPU: a
+#                    6.56M-parameter teacher, configs/proxy/gpu/, ~5 min)
 # Environment:
-#   PROXY_OUT        work directory (out/proxy; relative paths in
-#                    configs/proxy/*.yaml assume the default)
+#   SIZE             cpu (configs/proxy/, served on the CPU in f32) or gpu
+#                    (configs/proxy/gpu/, served with --device cuda in bf16)
+#   PROXY_OUT        work directory (out/proxy, or out/proxy-gpu for SIZE=gpu)
 #   TRAIN, HELDOUT   synthetic problems per task (6000, 100)
 #   TEACHER_SET      extra --set KEY=VALUE words for the teacher's training
 #   DIFF_SET         extra --set KEY=VALUE words for the diffusion training
@@ -28,7 +31,14 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 
-OUT=${PROXY_OUT:-out/proxy}
+case "${SIZE:-cpu}" in
+cpu) CONF=configs/proxy OUT=${PROXY_OUT:-out/proxy} SERVE=(--device cpu --dtype f32) ;;
+gpu) CONF=configs/proxy/gpu OUT=${PROXY_OUT:-out/proxy-gpu} SERVE=(--device cuda --dtype bf16) ;;
+*)
+	echo "proxy: SIZE must be cpu or gpu, not '$SIZE'" >&2
+	exit 2
+	;;
+esac
 TRAIN=${TRAIN:-6000}
 HELDOUT=${HELDOUT:-100}
 PORT=${PORT:-18400}
@@ -70,7 +80,7 @@ if [ "${KEEP:-0}" = 0 ]; then
 	# The teacher's starting directory: its shape and the tiny tokenizer
 	# (train reads config.json; export copies the tokenizer from here).
 	mkdir -p "$OUT/teacher-init"
-	cp configs/proxy/teacher-config.json "$OUT/teacher-init/config.json"
+	cp "$CONF/teacher-config.json" "$OUT/teacher-init/config.json"
 	cp "$TOK"/tokenizer.json "$TOK"/tokenizer_config.json "$TOK"/generation_config.json "$OUT/teacher-init/"
 	sed "s#out/proxy/#$OUT/#g" configs/proxy/data.yaml >"$OUT/data.yaml"
 	"$BIN" data prepare --config "$OUT/data.yaml" >&2
@@ -79,7 +89,7 @@ if [ "${KEEP:-0}" = 0 ]; then
 	# 2. The AR teacher, from random weights.
 	t=$(stamp)
 	mapfile -t extra < <(sets "${TEACHER_SET:-}")
-	"$BIN" train --config configs/proxy/teacher.yaml --model "$OUT/teacher-init" \
+	"$BIN" train --config "$CONF/teacher.yaml" --model "$OUT/teacher-init" \
 		--data "$OUT/data" --out "$OUT/teacher-run" ${extra[@]+"${extra[@]}"} >&2
 	SECS[teacher]=$(($(stamp) - t))
 fi
@@ -93,7 +103,7 @@ if [ "${KEEP:-0}" != 2 ]; then
 	"$BIN" convert --from "$TEACHER" --out "$OUT/teacher-ar" --block-size 1 --hash fast >/dev/null
 	"$BIN" convert --from "$TEACHER" --out "$OUT/teacher-dllm" --block-size 8 --hash fast >/dev/null
 	mapfile -t extra < <(sets "${DIFF_SET:-}")
-	"$BIN" train --config configs/proxy/diffusion.yaml --model "$OUT/teacher-dllm" \
+	"$BIN" train --config "$CONF/diffusion.yaml" --model "$OUT/teacher-dllm" \
 		--data "$OUT/data" --out "$OUT/diffusion-run" ${extra[@]+"${extra[@]}"} >&2
 	SECS[diffusion]=$(($(stamp) - t))
 fi
@@ -112,7 +122,7 @@ trap stop_server EXIT
 evaluate() { # name model port [eval options...]
 	local name=$1 model=$2 port=$3
 	shift 3
-	"$BIN" serve --model "$model" --host 127.0.0.1 --port "$port" --device cpu --dtype f32 \
+	"$BIN" serve --model "$model" --host 127.0.0.1 --port "$port" "${SERVE[@]}" \
 		--served-model-name "$name" 2>"$OUT/$name-serve.log" &
 	SERVER=$!
 	for _ in $(seq 600); do

@@ -137,7 +137,15 @@ func TestConfigRoundTrip(t *testing.T) {
 
 func TestPresets(t *testing.T) {
 	files, _ := filepath.Glob("../configs/train/*.yaml")
-	if len(files) < 2 {
+	proxy, _ := filepath.Glob("../configs/proxy/*/*.yaml")
+	proxy2, _ := filepath.Glob("../configs/proxy/*.yaml")
+	proxy = append(proxy, proxy2...)
+	for _, f := range proxy {
+		if !strings.HasSuffix(f, "data.yaml") {
+			files = append(files, f)
+		}
+	}
+	if len(files) < 6 {
 		t.Fatalf("presets: %v", files)
 	}
 	for _, f := range files {
