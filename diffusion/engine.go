@@ -2,6 +2,7 @@ package diffusion
 
 import (
 	"os"
+	"time"
 
 	"dllm/model"
 	"dllm/torch"
@@ -120,6 +121,16 @@ func (s *Sampler) engine(p plan) (engine, error) {
 	}
 	s.dec.Reset()
 	return &fastEngine{d: s.dec, limit: int64(p.cacheLen)}, nil
+}
+
+// HostTime is the host time spent inside the decoder's forwards so far
+// (model.Decoder.Host): on a GPU, enqueueing them. It is 0 on the eager
+// engine and starts again when a longer generation makes a new decoder.
+func (s *Sampler) HostTime() time.Duration {
+	if s.dec == nil {
+		return 0
+	}
+	return s.dec.Host
 }
 
 // Close releases the sampler's decoder (its KV cache and CUDA graphs).

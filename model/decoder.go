@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"time"
 
 	"dllm/torch"
 )
@@ -15,6 +16,10 @@ type Decoder struct {
 	d   *torch.Decoder
 	Len int64 // positions [0, Len) hold committed context
 	Max int64
+	// Host is the time spent inside Forward, in total. On a GPU the work
+	// only gets enqueued there, so a Host close to the wall time of the
+	// forwards says the CPU, not the GPU, sets the pace.
+	Host time.Duration
 }
 
 // NewDecoder builds a decoder whose KV cache holds maxLen positions;
@@ -98,6 +103,7 @@ func (d *Decoder) Forward(ids []int64, causal, rows int) (logits *torch.Tensor, 
 	if causal < 0 || causal > len(ids) || rows < 0 || rows > len(ids) {
 		return nil, fmt.Errorf("decoder: %d causal positions and %d logit rows of %d", causal, rows, len(ids))
 	}
+	defer func(t0 time.Time) { d.Host += time.Since(t0) }(time.Now())
 	x := torch.FromSlice(ids)
 	if d.m.Device.CUDA {
 		cpu := x

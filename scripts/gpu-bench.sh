@@ -11,6 +11,7 @@
 #   CTX="1k 8k 16k 32k"  contexts, one bench process each, so one that fails
 #                        or times out keeps the others' points
 #   TOKENS=512           timed tokens per point
+#   COMMIT=1,2,4,8       tokens committed per denoising forward (--commit)
 #   BANDWIDTH=4300       GB/s for the floor (H200 copy as measured; H100: 3350)
 #   TIMEOUT=0            seconds per context (0: none), for a limited device
 #   KEEP_SHIM=1          reuse bin/libdllmtorch.so instead of rebuilding it
@@ -18,6 +19,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 CTX=${CTX:-"1k 8k 16k 32k"}
 TOKENS=${TOKENS:-512}
+COMMIT=${COMMIT:-1,2,4,8}
 BANDWIDTH=${BANDWIDTH:-4300}
 TIMEOUT=${TIMEOUT:-0}
 PY=${PY:-python3}
@@ -46,7 +48,7 @@ for c in $CTX; do
 	# One process per context: prefill at 32k is the slow part, and a crash
 	# or a timeout loses only that context.
 	timeout "$TIMEOUT" bin/dllm bench decode --config testdata/minicpm5-2b-shape/config.json \
-		--device cuda --dtype bf16 --ctx "$c" --block 32 --commit 1,2,4,8 --ar \
+		--device cuda --dtype bf16 --ctx "$c" --block 32 --commit "$COMMIT" --ar \
 		--tokens "$TOKENS" --bandwidth-gbs "$BANDWIDTH" --json | tee -a "$RESULTS"
 	rc=${PIPESTATUS[0]}
 	echo "== context $c: exit $rc after $(( $(date +%s) - t0 )) s"
@@ -58,9 +60,9 @@ import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 print()
 print("MiniCPM5-2B shape, random bf16 weights, block 32 (AR: 1); step = block wall time / forwards")
-print(f"{'context':>8} {'mode':<8} {'TPF':>5} {'step ms':>8} {'p90 ms':>7} {'tok/s':>8} {'floor ms':>8} {'x floor':>7} {'prefill s':>9}")
+print(f"{'context':>8} {'mode':<8} {'TPF':>5} {'step ms':>8} {'p90 ms':>7} {'tok/s':>8} {'host ms':>7} {'floor ms':>8} {'x floor':>7} {'prefill s':>9}")
 for r in rows:
     print(f"{r['context']:>8} {r['mode']:<8} {r['tpf']:>5.2f} {r['step_median_ms']:>8.2f} {r['step_p90_ms']:>7.2f} "
-          f"{r['tokens_per_s']:>8.1f} {r['floor_ms']:>8.3f} {r['vs_floor']:>7.1f} {r['prefill_ms'] / 1000:>9.2f}")
+          f"{r['tokens_per_s']:>8.1f} {r.get('host_ms', 0):>7.2f} {r['floor_ms']:>8.3f} {r['vs_floor']:>7.1f} {r['prefill_ms'] / 1000:>9.2f}")
 PYEOF
 exit $failed

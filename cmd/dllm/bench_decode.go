@@ -121,6 +121,10 @@ type decodePoint struct {
 	StepP90MS    float64 `json:"step_p90_ms"`
 	TokPerSec    float64 `json:"tokens_per_s"` // Tokens / their wall time
 	TPF          float64 `json:"tpf"`          // Tokens / Forwards
+	// HostMS is the host time inside the decoder's forwards, per forward
+	// (0 on the eager engine): on a GPU the time to enqueue one. Close to
+	// StepMedianMS means the CPU sets the pace, not the GPU.
+	HostMS float64 `json:"host_ms"`
 	// FloorMS is the time one forward needs to read the weights and the KV
 	// cache at Context once at BandwidthGBs; VsFloor = StepMedianMS / FloorMS.
 	FloorMS      float64 `json:"floor_ms"`
@@ -171,8 +175,8 @@ func benchDecodeLocal(ctx context.Context, c *cli.Command) error {
 	if !c.Bool("json") {
 		fmt.Fprintf(w, "# %d layers, hidden %d, vocab %d, %s on %s: %.4g GB of weights read per forward, KV %.4g kB/token; floor at %.0f GB/s\n",
 			cfg.NumHiddenLayers, cfg.HiddenSize, cfg.VocabSize, dt, dev, float64(weightBytes)/1e9, float64(kvPerToken)/1e3, bw)
-		fmt.Fprintf(w, "%-8s %5s %8s %6s %6s %8s %8s %8s %9s %10s %7s\n",
-			"mode", "block", "context", "tokens", "fwds", "TPF", "step_ms", "p90_ms", "tokens/s", "floor_ms", "x_floor")
+		fmt.Fprintf(w, "%-8s %5s %8s %6s %6s %8s %8s %8s %8s %9s %10s %7s\n",
+			"mode", "block", "context", "tokens", "fwds", "TPF", "step_ms", "p90_ms", "host_ms", "tokens/s", "floor_ms", "x_floor")
 	}
 	// 2. One short generation first: the first in a process runs 3-4x
 	// slower per step on a GPU (docs/performance.md), which would land on
@@ -201,8 +205,8 @@ func benchDecodeLocal(ctx context.Context, c *cli.Command) error {
 				}
 				continue
 			}
-			fmt.Fprintf(w, "%-8s %5d %8d %6d %6d %8.2f %8.2f %8.2f %9.1f %10.4g %7.1f\n",
-				p.Mode, p.Block, p.Context, p.Tokens, p.Forwards, p.TPF, p.StepMedianMS, p.StepP90MS, p.TokPerSec, p.FloorMS, p.VsFloor)
+			fmt.Fprintf(w, "%-8s %5d %8d %6d %6d %8.2f %8.2f %8.2f %8.2f %9.1f %10.4g %7.1f\n",
+				p.Mode, p.Block, p.Context, p.Tokens, p.Forwards, p.TPF, p.StepMedianMS, p.StepP90MS, p.HostMS, p.TokPerSec, p.FloorMS, p.VsFloor)
 		}
 	}
 	return nil
@@ -341,6 +345,7 @@ type decodeRun struct {
 	tokens   int
 	forwards int
 	wall     time.Duration
+	host     time.Duration // of the timed forwards: Sampler.HostTime
 	prefill  time.Duration
 }
 
@@ -362,17 +367,19 @@ func runDecodePoint(ctx context.Context, m *model.Model, st *diffusion.Settings,
 	defer s.Close()
 	r := &decodeRun{}
 	var last time.Time
+	var lastHost time.Duration
 	block := 0
 	res, err := s.Generate(ctx, prompt, o, func(b diffusion.Block) (bool, error) {
-		now := time.Now()
+		now, host := time.Now(), s.HostTime()
 		if block >= warm {
 			dt := now.Sub(last)
 			r.wall += dt
+			r.host += host - lastHost
 			r.tokens += len(b.IDs)
 			r.forwards += b.Steps
 			r.stepMS = append(r.stepMS, float64(dt)/float64(time.Millisecond)/float64(max(b.Steps, 1)))
 		}
-		last = now
+		last, lastHost = now, host
 		block++
 		return false, nil
 	})
@@ -404,6 +411,7 @@ func (r *decodeRun) point(dev torch.Device, dt torch.DType, md decodeMode, C int
 	}
 	if r.forwards > 0 {
 		p.TPF = float64(r.tokens) / float64(r.forwards)
+		p.HostMS = float64(r.host.Microseconds()) / 1000 / float64(r.forwards)
 	}
 	return p
 }
