@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+
+	"dllm/eval"
 )
 
 // Files written by Write.
@@ -30,16 +32,6 @@ type TrainRecord struct {
 	ID       string    `json:"id"`
 	Task     string    `json:"task"`
 	Messages []Message `json:"messages"`
-}
-
-// EvalRecord is one line of heldout.jsonl, the input of `dllm eval`: the
-// prompt messages and the exact answer.
-type EvalRecord struct {
-	ID       string    `json:"id"`
-	Task     string    `json:"task"`
-	Messages []Message `json:"messages"`
-	Answer   string    `json:"answer"`
-	Choices  []string  `json:"choices,omitempty"`
 }
 
 // TaskInfo is one task's entry in tasks.json.
@@ -90,15 +82,16 @@ func (s *Set) TrainRecords() []TrainRecord {
 	return recs
 }
 
-// EvalRecords returns the held-out problems of every task, task by task.
-func (s *Set) EvalRecords() []EvalRecord {
-	var recs []EvalRecord
+// EvalRecords returns the held-out problems of every task, task by task,
+// as the lines of heldout.jsonl: `dllm eval`'s items.
+func (s *Set) EvalRecords() []eval.Item {
+	var recs []eval.Item
 	for _, sp := range s.Tasks {
 		for i, p := range sp.Heldout {
-			recs = append(recs, EvalRecord{
+			recs = append(recs, eval.Item{
 				ID:       fmt.Sprintf("%s-%05d", sp.Task.Name, i),
 				Task:     sp.Task.Name,
-				Messages: []Message{{Role: "user", Content: p.Prompt}},
+				Messages: []eval.Message{{Role: "user", Content: p.Prompt}},
 				Answer:   p.Answer,
 				Choices:  p.Choices,
 			})
