@@ -83,6 +83,44 @@ template <typename T> __global__ void silu_mul_kernel(const T *gu, T *out, int64
   }
 }
 
+// One warp per weight row n: each lane streams 8 elements (16 bytes) of the
+// row at a time, unrolled so that several loads are in flight, and dots
+// them with the same 8 elements of x, which the block first copies into
+// shared memory; a warp sum, then lane 0 writes out[n].
+template <typename T>
+__global__ void gemv_kernel(const T *__restrict__ x, const T *__restrict__ w, const T *__restrict__ resid,
+                            T *__restrict__ out, int64_t N, int64_t K) {
+  extern __shared__ uint4 xs[]; // K / 8 chunks of x
+  int64_t chunks = K / 8;
+  const uint4 *xg = reinterpret_cast<const uint4 *>(x);
+  for (int64_t c = threadIdx.x; c < chunks; c += blockDim.x) xs[c] = xg[c];
+  __syncthreads();
+  int64_t n = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  int lane = threadIdx.x % 32;
+  if (n >= N) return;
+  const uint4 *wr = reinterpret_cast<const uint4 *>(w + n * K);
+  float acc = 0;
+#pragma unroll 8
+  for (int64_t c = lane; c < chunks; c += 32) {
+    uint4 wv = __ldg(wr + c), xv = xs[c];
+    const T *we = reinterpret_cast<const T *>(&wv), *xe = reinterpret_cast<const T *>(&xv);
+#pragma unroll
+    for (int e = 0; e < 8; e++) acc += f32(we[e]) * f32(xe[e]);
+  }
+  for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffff, acc, o);
+  if (lane == 0) out[n] = cast<T>(acc + (resid ? f32(resid[n]) : 0.0f));
+}
+
+template <typename T>
+int gemv(const void *x, const void *w, const void *resid, void *out, int64_t N, int64_t K, cudaStream_t s) {
+  constexpr int warps = 8;
+  auto grid = static_cast<unsigned>((N + warps - 1) / warps);
+  size_t smem = static_cast<size_t>(K) * sizeof(T);
+  gemv_kernel<T><<<grid, warps * 32, smem, s>>>(static_cast<const T *>(x), static_cast<const T *>(w),
+                                                static_cast<const T *>(resid), static_cast<T *>(out), N, K);
+  return cudaGetLastError();
+}
+
 template <typename T> int rms_norm(const void *x, const void *w, void *out, int64_t rows, int64_t C, float eps,
                                    cudaStream_t s) {
   rms_norm_kernel<T><<<rows, 256, 0, s>>>(static_cast<const T *>(x), static_cast<const T *>(w),
@@ -132,6 +170,16 @@ int dtk_silu_mul(int dtype, const void *gu, void *out, int64_t T, int64_t F, voi
   auto s = static_cast<cudaStream_t>(stream);
   if (dtype == kBF16) return silu_mul<__nv_bfloat16>(gu, out, T, F, s);
   if (dtype == kF16) return silu_mul<__half>(gu, out, T, F, s);
+  return cudaErrorInvalidValue;
+}
+
+int dtk_gemv(int dtype, const void *x, const void *w, const void *resid, void *out, int64_t N, int64_t K,
+             void *stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  auto misaligned = [](const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15) != 0; };
+  if (K % 8 != 0 || K > DTK_GEMV_MAX_K || misaligned(x) || misaligned(w)) return cudaErrorInvalidValue;
+  if (dtype == kBF16) return gemv<__nv_bfloat16>(x, w, resid, out, N, K, s);
+  if (dtype == kF16) return gemv<__half>(x, w, resid, out, N, K, s);
   return cudaErrorInvalidValue;
 }
 

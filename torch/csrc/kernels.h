@@ -27,6 +27,15 @@ int dtk_rope_qkv(int dtype, const void *qkv, const void *cos, const void *sin, c
 // at::silu followed by a product does.
 int dtk_silu_mul(int dtype, const void *gu, void *out, int64_t T, int64_t F, void *stream);
 
+// out (N) = w (N, K) x (K) (+ resid (N) when not null) for one row, in
+// float32 with one rounding at the end as cuBLAS's linear and addmm do:
+// an AR step's matmuls. Each weight row is streamed once with 16-byte
+// loads. Needs K % 8 == 0, K <= DTK_GEMV_MAX_K (x is staged in shared
+// memory) and 16-byte aligned x and w; cudaErrorInvalidValue otherwise.
+#define DTK_GEMV_MAX_K 16384
+int dtk_gemv(int dtype, const void *x, const void *w, const void *resid, void *out, int64_t N, int64_t K,
+             void *stream);
+
 #ifdef __cplusplus
 }
 #endif
