@@ -42,7 +42,7 @@
 #   --teacher URL        an OpenAI-compatible server of the ORIGINAL checkpoint for
 #                        distillation (vLLM or SGLang serving HF_DIR)
 #   --teacher-tps N      its generated tokens/s, all requests together (default: 20,000
-#                        for --teacher, an unmeasured assumption; 35 for --local-teacher)
+#                        for --teacher, an unmeasured assumption; 200 for --local-teacher)
 #   --local-teacher      distill from dllm serve on the checkpoint with blocks of 1 (AR
 #                        decoding; one request at a time: only for small prompt counts)
 #   --distill-prompts N  prompts to distill in all (default: from the budget; 0: skip)
@@ -153,7 +153,7 @@ elif [ "$SHAPE" = 1 ]; then
 	STEPS2=5 TOKS2=8192 SEQ2=8192 HOLD2=2 WARM2=1 CKPT2=5
 	SIZES1=(1 4 8 16 32) FRACS1=(0 0.025 0.05 0.075 0.1)
 	TRAIN_TPS=${TRAIN_TPS:-2900}
-	TEACHER_TPS=${TEACHER_TPS:-35}
+	TEACHER_TPS=${TEACHER_TPS:-200}
 	DISTILL_N=${DISTILL_N:-8}
 	DISTILL_MAX_TOKENS=32 DISTILL_CONCURRENCY=2 DISTILL_DROP=
 	AVG_ANSWER=32
@@ -176,7 +176,7 @@ else
 	STEPS2=3000 TOKS2=65536 SEQ2=8192 HOLD2=32 WARM2=100 CKPT2=250
 	SIZES1=(1 4 8 16 32) FRACS1=(0 0.025 0.05 0.075 0.1)
 	TRAIN_TPS=${TRAIN_TPS:-2900}
-	if [ -n "$TEACHER_URL" ]; then TEACHER_TPS=${TEACHER_TPS:-20000}; else TEACHER_TPS=${TEACHER_TPS:-35}; fi
+	if [ -n "$TEACHER_URL" ]; then TEACHER_TPS=${TEACHER_TPS:-20000}; else TEACHER_TPS=${TEACHER_TPS:-200}; fi
 	# Room for the prompt inside stage 2's 8192-token sequences.
 	DISTILL_MAX_TOKENS=7680 DISTILL_CONCURRENCY=64 DISTILL_DROP=--drop-truncated
 	[ "$LOCAL_TEACHER" = 1 ] && DISTILL_CONCURRENCY=2
@@ -384,7 +384,7 @@ if [ "$REHEARSAL" = 1 ] && [ "$DRY" = 0 ] && [ ! -f "$OUT/synth/tasks.json" ]; t
 	"$BIN" data synth --out "$OUT/synth" --train 100 --heldout 10 --seed 0 >"$LOGS/synth.log"
 fi
 header "distill $(commas "$DISTILL_N") prompts with the original model" \
-	"$(commas "$DISTILL_N") x ~$AVG_ANSWER tokens / $(commas "$TEACHER_TPS") tok/s = $(dur "$(secs_for "$((DISTILL_N * AVG_ANSWER))" "$TEACHER_TPS")")$([ -z "$TEACHER_URL" ] && [ "$TINY" = 0 ] && echo " with dllm serve (measured 35 tok/s, one stream)")$([ "$SHAPE" = 1 ] && echo ", plus ~10 s to load the teacher")"
+	"$(commas "$DISTILL_N") x ~$AVG_ANSWER tokens / $(commas "$TEACHER_TPS") tok/s = $(dur "$(secs_for "$((DISTILL_N * AVG_ANSWER))" "$TEACHER_TPS")")$([ -z "$TEACHER_URL" ] && [ "$TINY" = 0 ] && echo " with dllm serve (201 tok/s measured on an H200, one stream)")$([ "$SHAPE" = 1 ] && echo ", plus ~10 s to load the teacher")"
 [ "$DRY" = 1 ] || mkdir -p "$DISTILL"
 todo=()
 for spec in "${DISTILL_SPECS[@]}"; do
@@ -399,7 +399,7 @@ elif [ "${#todo[@]}" = 0 ]; then
 	skip "$DISTILL/*.done" distill
 else
 	if [ -z "$TEACHER_URL" ] && [ "$LOCAL_TEACHER" = 0 ]; then
-		msg="distillation needs a teacher: --teacher URL (vLLM or SGLang serving $FROM; see docs/recipe.md), or --local-teacher for dllm serve (projected $(dur "$(secs_for "$((DISTILL_N * AVG_ANSWER))" 35)") for $(commas "$DISTILL_N") prompts), or --distill-prompts 0"
+		msg="distillation needs a teacher: --teacher URL (vLLM or SGLang serving $FROM; see docs/recipe.md), or --local-teacher for dllm serve (projected $(dur "$(secs_for "$((DISTILL_N * AVG_ANSWER))" 200)") for $(commas "$DISTILL_N") prompts), or --distill-prompts 0"
 		[ "$DRY" = 1 ] || die "$msg"
 		say "   (a real run stops here) $msg"
 		TEACHER_URL=TEACHER_URL
@@ -571,10 +571,11 @@ fi
 if [ -z "$EVAL_TASKS" ]; then
 	EVAL_TASKS=$([ "$REHEARSAL" = 1 ] && echo "$OUT/synth/heldout.jsonl" || echo "$EVAL/synth/heldout.jsonl")
 fi
-# Two models x 4 tasks x items x about half the cap, at the AR floor of 35 tok/s.
-eval_secs=$(awk -v n="$EVAL_ITEMS" -v m="$EVAL_MAX_TOKENS" 'BEGIN{printf "%.0f", 2 * 4 * n * m / 2 / 35}')
+# Two models x 4 tasks x items x about half the cap, at dllm serve's AR rate
+# (~200 tok/s measured on an H200, one stream).
+eval_secs=$(awk -v n="$EVAL_ITEMS" -v m="$EVAL_MAX_TOKENS" 'BEGIN{printf "%.0f", 2 * 4 * n * m / 2 / 200}')
 header "quick eval on $EVAL_TASKS (AR original vs diffusion model)" \
-	"$([ "$TINY" = 1 ] && echo "~20 s" || echo "<= $(dur "$eval_secs")$([ "$SHAPE" = 1 ] && echo " plus ~10 s per model to load"): 2 models x 4 tasks x $EVAL_ITEMS items x ~$((EVAL_MAX_TOKENS / 2)) tokens at >= 35 tok/s")"
+	"$([ "$TINY" = 1 ] && echo "~20 s" || echo "<= $(dur "$eval_secs")$([ "$SHAPE" = 1 ] && echo " plus ~10 s per model to load"): 2 models x 4 tasks x $EVAL_ITEMS items x ~$((EVAL_MAX_TOKENS / 2)) tokens at ~200 tok/s")"
 if [ -f "$EVAL/diffusion.json" ]; then
 	skip "$EVAL/diffusion.json" eval
 else

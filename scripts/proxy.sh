@@ -14,7 +14,7 @@
 #
 # Usage: scripts/proxy.sh   (or make proxy)
 #        SIZE=gpu scripts/proxy.sh   (the larger proxy, on one GPU: a
-#                    6.56M-parameter teacher, configs/proxy/gpu/, ~5 min)
+#                    6.56M-parameter teacher, configs/proxy/gpu/, ~2 min)
 # Environment:
 #   SIZE             cpu (configs/proxy/, served on the CPU in f32) or gpu
 #                    (configs/proxy/gpu/, served with --device cuda in bf16)
