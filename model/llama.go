@@ -299,6 +299,9 @@ type ForwardOpts struct {
 	Positions *torch.Tensor
 	// LastN, if positive, computes logits only for the last LastN positions.
 	LastN int
+	// Split, with Mask, says that positions from Split on see none before
+	// it (torch.AttnArgs.Split); attention then skips those scores.
+	Split int
 }
 
 // Forward runs ids (B, T) int64 through the model and returns logits
@@ -350,6 +353,7 @@ func (m *Model) Hidden(ids *torch.Tensor, o ForwardOpts) (h *torch.Tensor, err e
 		Cos: cos, Sin: sin, Mask: mask, Causal: causal,
 		Heads: cfg.NumAttentionHeads, KVHeads: cfg.NumKeyValueHeads,
 		Eps: cfg.RMSNormEps, Pos: pos, // Scale 0: 1/sqrt(head_dim) as HF
+		Split: o.Split,
 	}
 	for i := range m.Layers {
 		if o.Cache != nil {

@@ -62,7 +62,9 @@ func TestGradientsMatchFiniteDifferences(t *testing.T) {
 
 // llamaLayer builds random float64 weights of one small Llama layer.
 func llamaLayer(seed uint64, C, H, Hkv, D, F int) (*AttnWeights, *MLPWeights) {
-	m := func(s uint64, r, c int) *Tensor { return FromSlice(randSlice(seed+s, r*c), int64(r), int64(c)).MulScalar(0.3) }
+	m := func(s uint64, r, c int) *Tensor {
+		return FromSlice(randSlice(seed+s, r*c), int64(r), int64(c)).MulScalar(0.3)
+	}
 	aw := &AttnWeights{Norm: FromSlice(randSlice(seed, C)).AddScalar(1), Q: m(1, H*D, C), K: m(2, Hkv*D, C),
 		V: m(3, Hkv*D, C), O: m(4, C, H*D)}
 	mw := &MLPWeights{Norm: FromSlice(randSlice(seed+5, C)).AddScalar(1), Gate: m(6, F, C), Up: m(7, F, C), Down: m(8, C, F)}
@@ -220,4 +222,50 @@ func TestBackwardGradAndDetach(t *testing.T) {
 		t.Fatal("detached tensor requires grad")
 	}
 	closeTo(t, "detach values", f64(d), f64(y), 0)
+}
+
+// TestAttnBlockSplit: with a mask under which rows from Split on see no key
+// before Split (the noisy+clean training layout), the split attention gives
+// the same output and the same gradients as one attention over the whole
+// mask, and a split without a mask is refused.
+func TestAttnBlockSplit(t *testing.T) {
+	const B, C, H, Hkv, D, F, L = 2, 16, 4, 2, 4, 24, 6
+	aw, _ := llamaLayer(70, C, H, Hkv, D, F)
+	x := FromSlice(randSlice(71, B*2*L*C), B, 2*L, C).SetRequiresGrad(true)
+	cos, sin := RopeTables(FromSlice([]float64{1, 0.1}), Arange(0, 2*L, Int64, CPU), 1, Float64)
+	// Rows [0, L) see blocks of 2 of their own half and the other half
+	// before their block; rows [L, 2L) see their half causally.
+	m := make([]bool, 4*L*L)
+	for i := 0; i < 2*L; i++ {
+		for j := 0; j < 2*L; j++ {
+			switch {
+			case i < L && j < L:
+				m[i*2*L+j] = i/2 == j/2
+			case i < L:
+				m[i*2*L+j] = (j-L)/2 < i/2
+			default:
+				m[i*2*L+j] = j >= L && j <= i
+			}
+		}
+	}
+	mask := FromSlice(m, 1, 1, 2*L, 2*L)
+	r := FromSlice(randSlice(72, B*2*L*C), B, 2*L, C)
+	run := func(split int) (out, gx, gq *Tensor) {
+		x.ZeroGrad()
+		aw.Q.SetRequiresGrad(true)
+		aw.Q.ZeroGrad()
+		out = AttnBlock(x, aw, &AttnArgs{Cos: cos, Sin: sin, Mask: mask, Heads: H, KVHeads: Hkv, Eps: 1e-6, Split: split})
+		out.Mul(r).SumAll().Backward()
+		return out.Detach(), x.Grad().Clone(), aw.Q.Grad().Clone()
+	}
+	o0, x0, q0 := run(0)
+	o1, x1, q1 := run(L)
+	closeTo(t, "split output", f64(o1), f64(o0), 1e-12)
+	closeTo(t, "split grad x", f64(x1), f64(x0), 1e-12)
+	closeTo(t, "split grad wq", f64(q1), f64(q0), 1e-12)
+	if err := Try(func() {
+		AttnBlock(x, aw, &AttnArgs{Cos: cos, Sin: sin, Causal: true, Heads: H, KVHeads: Hkv, Eps: 1e-6, Split: L})
+	}); err == nil {
+		t.Fatal("a split without a mask should be refused")
+	}
 }

@@ -23,6 +23,11 @@ type AttnArgs struct {
 	KCache, VCache *Tensor // nil, or (B, Hkv, Tmax, D) written at Pos
 	Pos            int64   // cache slot of the first of the T new tokens
 	Impl           AttnImpl
+	// Split > 0 (with Mask, without a cache) says that queries from Split
+	// on see no key before Split (training's noisy+clean layout: the clean
+	// half never sees the noise); attention then skips those scores. The
+	// result is the same.
+	Split int
 }
 
 // AttnBlock is a Llama pre-norm attention sublayer in one shim call:
@@ -34,7 +39,7 @@ func AttnBlock(x *Tensor, w *AttnWeights, a *AttnArgs) *Tensor {
 		return C.dtl_attn_block(x.h(), w.Norm.h(), w.Q.h(), w.K.h(), w.V.h(), w.O.h(),
 			opt(w.BQ), opt(w.BK), opt(w.BV), a.Cos.h(), a.Sin.h(), opt(a.Mask), cbool(a.Causal),
 			C.int(a.Heads), C.int(a.KVHeads), C.double(a.Eps), C.double(a.Scale),
-			opt(a.KCache), opt(a.VCache), C.int64_t(a.Pos), C.int(a.Impl), out)
+			opt(a.KCache), opt(a.VCache), C.int64_t(a.Pos), C.int(a.Impl), C.int64_t(a.Split), out)
 	}, x, w.Norm, w.Q, w.K, w.V, w.O, w.BQ, w.BK, w.BV, a.Cos, a.Sin, a.Mask, a.KCache, a.VCache)
 }
 

@@ -73,6 +73,9 @@ func (n *net) view() (v *model.Model, release func()) {
 // inputs are a micro-batch's tensors on the device.
 type inputs struct {
 	ids, pos, mask *torch.Tensor
+	// split is L for the noisy+clean layout, whose clean half never sees
+	// the noisy one (torch.AttnArgs.Split), else 0.
+	split int
 }
 
 func (in inputs) free() { torch.Free(in.ids, in.pos, in.mask) }
@@ -103,6 +106,9 @@ func upload(mb *microBatch, base *torch.Tensor, dev torch.Device) inputs {
 		base = own
 	}
 	in.mask = deviceMask(base, docs)
+	if mb.attn == nil && mb.T == 2*mb.L {
+		in.split = mb.L
+	}
 	return in
 }
 
@@ -123,7 +129,7 @@ func layer(v *model.Model, l int, x *torch.Tensor, args *torch.AttnArgs) *torch.
 // it, and hand the input's gradient to the layer before.
 func (n *net) hidden(v *model.Model, in inputs) (h *torch.Tensor, finish func()) {
 	if !n.ckpt {
-		h, err := v.Hidden(in.ids, model.ForwardOpts{Mask: in.mask, Positions: in.pos})
+		h, err := v.Hidden(in.ids, model.ForwardOpts{Mask: in.mask, Positions: in.pos, Split: in.split})
 		if err != nil {
 			panic(&torch.Error{Op: "forward", Msg: err.Error()})
 		}
@@ -132,7 +138,7 @@ func (n *net) hidden(v *model.Model, in inputs) (h *torch.Tensor, finish func())
 	cfg := v.Config
 	cos, sin := torch.RopeTables(n.invFreq, in.pos, cfg.RopeAttentionScale(), n.dtype)
 	args := &torch.AttnArgs{Cos: cos, Sin: sin, Mask: in.mask, Heads: cfg.NumAttentionHeads,
-		KVHeads: cfg.NumKeyValueHeads, Eps: cfg.RMSNormEps}
+		KVHeads: cfg.NumKeyValueHeads, Eps: cfg.RMSNormEps, Split: in.split}
 	// 1. Embed with grad (a lookup: its saved state is the ids).
 	x0 := torch.Embedding(v.Embed, in.ids) // (B, T, C)
 	// 2. The layers without grad, keeping each one's input.
@@ -273,7 +279,7 @@ func (n *net) evalMicro(mb *microBatch, base *torch.Tensor, norm float64) (lp lo
 		defer release()
 		in := upload(mb, base, n.m.Device)
 		defer in.free()
-		h, err := v.Hidden(in.ids, model.ForwardOpts{Mask: in.mask, Positions: in.pos})
+		h, err := v.Hidden(in.ids, model.ForwardOpts{Mask: in.mask, Positions: in.pos, Split: in.split})
 		if err != nil {
 			panic(&torch.Error{Op: "forward", Msg: err.Error()})
 		}

@@ -550,10 +550,12 @@ dt_err dt_multinomial(dt_tensor probs, int64_t n, int replacement, dt_tensor *ou
 dt_err dt_attn_block(dt_tensor x, dt_tensor norm_w, dt_tensor wq, dt_tensor wk, dt_tensor wv, dt_tensor wo,
                      dt_tensor bq, dt_tensor bk, dt_tensor bv, dt_tensor cos, dt_tensor sin, dt_tensor mask,
                      int causal, int n_head, int n_kv_head, double eps, double attn_scale, dt_tensor kcache,
-                     dt_tensor vcache, int64_t pos, int impl, dt_tensor *out) {
+                     dt_tensor vcache, int64_t pos, int impl, int64_t split, dt_tensor *out) {
   return guard([&] {
     const auto &xx = T(x);
     TORCH_CHECK(xx.dim() == 3, "attn_block: x must be (B, T, C)");
+    TORCH_CHECK(split == 0 || (mask && !kcache && split > 0 && split < xx.size(1)),
+                "attn_block: split ", split, " needs a mask, no cache and 0 < split < T");
     TORCH_CHECK(n_head > 0 && n_kv_head > 0, "attn_block: head counts must be positive");
     auto B = xx.size(0), L = xx.size(1);
     auto h = rms_norm(xx, T(norm_w), eps);
@@ -580,7 +582,18 @@ dt_err dt_attn_block(dt_tensor x, dt_tensor norm_w, dt_tensor wq, dt_tensor wk, 
       k = kc.narrow(2, 0, pos + L);
       v = vc.narrow(2, 0, pos + L);
     }
-    auto y = attention(q, k, v, opt(mask), causal != 0, attn_scale, impl); // (B, H, T, D)
+    at::Tensor y; // (B, H, T, D)
+    if (split > 0) {
+      // Rows [0, split) over every key; rows [split, T) over keys [split, T).
+      auto &m = T(mask);
+      auto n = L - split;
+      auto top = attention(q.narrow(2, 0, split), k, v, m.narrow(2, 0, split), false, attn_scale, impl);
+      auto bot = attention(q.narrow(2, split, n), k.narrow(2, split, n), v.narrow(2, split, n),
+                           m.narrow(2, split, n).narrow(3, split, n), false, attn_scale, impl);
+      y = at::cat({top, bot}, 2);
+    } else {
+      y = attention(q, k, v, opt(mask), causal != 0, attn_scale, impl);
+    }
     y = y.transpose(1, 2).reshape({B, L, n_head * D});
     *out = W(xx + at::linear(y, T(wo)));
   });

@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define DT_ABI_VERSION 4
+#define DT_ABI_VERSION 5
 
 typedef void *dt_tensor;
 typedef char *dt_err;
@@ -169,13 +169,19 @@ dt_err dt_multinomial(dt_tensor probs, int64_t n, int replacement,
  *   if kcache: kcache[:, :, pos:pos+T] = k (same for v), attend over [0, pos+T)
  *   out = x + attn(q, k, v, mask) Wo
  * x (B, T, C); cos/sin (T, D) or (B, T, D); mask NULL or bool (B|1, 1, T, S);
- * causal as in dt_sdpa; kcache/vcache NULL or (B, Hkv, Tmax, D). */
+ * causal as in dt_sdpa; kcache/vcache NULL or (B, Hkv, Tmax, D).
+ * split > 0 (with a mask, without a cache) promises that queries from split
+ * on see no key before split (training's noisy+clean layout: the clean half
+ * never sees the noise); attention then runs as two calls, the rows before
+ * split over all keys and the rest over the keys from split on, which skips
+ * the quarter of the scores the mask would only zero. Same result. */
 dt_err dt_attn_block(dt_tensor x, dt_tensor norm_w, dt_tensor wq, dt_tensor wk,
                      dt_tensor wv, dt_tensor wo, dt_tensor bq, dt_tensor bk,
                      dt_tensor bv, dt_tensor cos, dt_tensor sin,
                      dt_tensor mask, int causal, int n_head, int n_kv_head,
                      double eps, double attn_scale, dt_tensor kcache,
-                     dt_tensor vcache, int64_t pos, int impl, dt_tensor *out);
+                     dt_tensor vcache, int64_t pos, int impl, int64_t split,
+                     dt_tensor *out);
 /* out = x + W_down(silu(h W_gate) * (h W_up)), h = rms_norm(x). */
 dt_err dt_mlp_block(dt_tensor x, dt_tensor norm_w, dt_tensor w_gate,
                     dt_tensor w_up, dt_tensor w_down, double eps,
