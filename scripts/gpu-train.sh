@@ -9,7 +9,8 @@
 #
 # Usage: scripts/gpu-train.sh   (expects bin/dllm from the CPU machine, or Go)
 # Environment: STEPS (10), MICRO_BATCH (1), GRAD_ACCUM (1), SEQ_LEN (4096),
-# BLOCK (32), CKPT (true: layer checkpointing), PEAK_TFLOPS (989).
+# BLOCK (32), CKPT (true: layer checkpointing), KEEP (0: with CKPT, the last
+# KEEP layers keep their activations), PEAK_TFLOPS (989).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python3}
@@ -27,4 +28,4 @@ bin/dllm train --config configs/train/minicpm5-2b-block.yaml \
 	--synthetic --seq-len "${SEQ_LEN:-4096}" --block-size "${BLOCK:-32}" \
 	--steps "${STEPS:-10}" --micro-batch "${MICRO_BATCH:-1}" --grad-accum "${GRAD_ACCUM:-1}" \
 	--device cuda --dtype bf16 --out "$OUT" --no-checkpoint --log-every 1 \
-	--set checkpoint_layers="${CKPT:-true}" --set peak_tflops="${PEAK_TFLOPS:-989}"
+	--set checkpoint_layers="${CKPT:-true}" --set keep_layers="${KEEP:-0}" --set peak_tflops="${PEAK_TFLOPS:-989}"

@@ -223,6 +223,11 @@ type Config struct {
 	// CheckpointLayers recomputes each layer in the backward pass instead of
 	// keeping its activations. Default false.
 	CheckpointLayers bool `yaml:"checkpoint_layers" json:"checkpoint_layers"`
+	// KeepLayers, with CheckpointLayers, keeps the activations of the last
+	// N layers instead of recomputing them: less recomputation for more
+	// memory (about a 42nd of the no-checkpointing activations per layer
+	// for MiniCPM5-2B). Default 0.
+	KeepLayers int `yaml:"keep_layers" json:"keep_layers"`
 	// LossChunkRows bounds the rows whose logits (rows x vocab, float32)
 	// exist at once. Default 2048.
 	LossChunkRows int `yaml:"loss_chunk_rows" json:"loss_chunk_rows"`
@@ -479,6 +484,9 @@ func (c *Config) Validate() error {
 	if c.CheckpointEvery < -1 || c.EvalEvery < 0 || c.SampleEvery < 0 || c.LogEvery < 0 {
 		bad("eval_every, sample_every and log_every must not be negative, checkpoint_every not below -1 (never)")
 	}
+	if c.KeepLayers < 0 {
+		bad("keep_layers %d: want 0 or more", c.KeepLayers)
+	}
 	if c.KeepCheckpoints < 1 {
 		bad("keep_checkpoints %d: want at least 1", c.KeepCheckpoints)
 	}
@@ -520,7 +528,8 @@ func (c *Config) Hash() string {
 func resumeDiffs(old, cur *Config) []string {
 	free := map[string]bool{"steps": true, "out": true, "checkpoint_every": true, "keep_checkpoints": true,
 		"eval_every": true, "eval_seqs": true, "sample_every": true, "sample_prompt": true, "sample_tokens": true,
-		"log_every": true, "peak_tflops": true, "export": true, "export_dtype": true, "device": true, "threads": true}
+		"log_every": true, "peak_tflops": true, "export": true, "export_dtype": true, "device": true, "threads": true,
+		"keep_layers": true}
 	var a, b map[string]any
 	ja, _ := json.Marshal(old)
 	jb, _ := json.Marshal(cur)

@@ -215,7 +215,7 @@ func TestDistillAlignment(t *testing.T) {
 				t.Fatal("without the shift the first tokens of documents are targets without a teacher row; none was drawn")
 			}
 			// 3. The term of trainMicro, weight 0.5.
-			nt := newNet(student, torch.Float32, false, tc.chunk)
+			nt := newNet(student, torch.Float32, false, 0, tc.chunk)
 			nt.distill = &distiller{m: teacher, weight: 0.5, temp: tc.temp}
 			defer func() { nt.distill.causal.Free(); nt.invFreq.Free() }()
 			base := baseFor(tc.objective, L, tc.bs)

@@ -13,12 +13,13 @@ type net struct {
 	m       *model.Model // master weights (float32)
 	dtype   torch.DType  // compute dtype
 	ckpt    bool         // recompute layers in the backward pass
+	keep    int          // with ckpt: the last keep layers keep their activations
 	chunk   int          // loss_chunk_rows
 	invFreq *torch.Tensor
 	distill *distiller // the frozen teacher; nil without distillation
 }
 
-func newNet(m *model.Model, dtype torch.DType, ckpt bool, chunk int) *net {
+func newNet(m *model.Model, dtype torch.DType, ckpt bool, keep, chunk int) *net {
 	inv := m.Config.InvFreq()
 	f := make([]float32, len(inv))
 	for i, v := range inv {
@@ -26,7 +27,7 @@ func newNet(m *model.Model, dtype torch.DType, ckpt bool, chunk int) *net {
 	}
 	cpu := torch.FromSlice(f)
 	defer cpu.Free()
-	return &net{m: m, dtype: dtype, ckpt: ckpt, chunk: chunk, invFreq: cpu.To(torch.Float32, m.Device)}
+	return &net{m: m, dtype: dtype, ckpt: ckpt, keep: keep, chunk: chunk, invFreq: cpu.To(torch.Float32, m.Device)}
 }
 
 func (n *net) free() {
@@ -122,9 +123,10 @@ func layer(v *model.Model, l int, x *torch.Tensor, args *torch.AttnArgs) *torch.
 // hidden runs v on the inputs and returns the final hidden states
 // (B, T, C). Without checkpointing this is the model's own forward (every
 // activation kept for autograd) and finish does nothing. With it, the
-// layers run under NoGrad keeping only each layer's input; finish, called
-// after the gradient has reached h's graph (which then ends at the last
-// layer's output), walks back layer by layer: recompute the layer from its
+// layers run under NoGrad keeping only each layer's input (all but the
+// last n.keep, which run with grad as usual); finish, called after the
+// gradient has reached h's graph (which then ends at the first kept
+// layer's input), walks back layer by layer: recompute the layer from its
 // saved input with grad on, backpropagate the output's gradient through
 // it, and hand the input's gradient to the layer before.
 func (n *net) hidden(v *model.Model, in inputs) (h *torch.Tensor, finish func()) {
@@ -141,23 +143,36 @@ func (n *net) hidden(v *model.Model, in inputs) (h *torch.Tensor, finish func())
 		KVHeads: cfg.NumKeyValueHeads, Eps: cfg.RMSNormEps, Split: in.split}
 	// 1. Embed with grad (a lookup: its saved state is the ids).
 	x0 := torch.Embedding(v.Embed, in.ids) // (B, T, C)
-	// 2. The layers without grad, keeping each one's input.
+	// 2. The recomputed layers without grad, keeping each one's input.
 	nl := len(v.Layers)
-	xs := make([]*torch.Tensor, nl+1)
+	nc := nl - min(n.keep, nl)
+	xs := make([]*torch.Tensor, nc+1)
 	xs[0] = x0.Detach()
 	torch.NoGrad(func() {
-		for l := 0; l < nl; l++ {
+		for l := 0; l < nc; l++ {
 			xs[l+1] = layer(v, l, xs[l], args)
 		}
 	})
-	// 3. The final norm with grad, from the last output as a leaf.
-	xs[nl].SetRequiresGrad(true)
-	h = torch.RMSNorm(xs[nl], v.Norm, cfg.RMSNormEps)
+	// 3. The kept layers and the final norm with grad, from the last
+	// recomputed output as a leaf.
+	xs[nc].SetRequiresGrad(true)
+	x := xs[nc]
+	for l := nc; l < nl; l++ {
+		y := layer(v, l, x, args)
+		if x != xs[nc] {
+			x.Free()
+		}
+		x = y
+	}
+	h = torch.RMSNorm(x, v.Norm, cfg.RMSNormEps)
+	if x != xs[nc] {
+		x.Free()
+	}
 	return h, func() {
 		defer torch.Free(cos, sin, x0)
-		g := xs[nl].Grad() // dL/d(output of the last layer)
-		xs[nl].Free()
-		for l := nl - 1; l >= 0; l-- {
+		g := xs[nc].Grad() // dL/d(input of the first kept layer)
+		xs[nc].Free()
+		for l := nc - 1; l >= 0; l-- {
 			x := xs[l].SetRequiresGrad(true)
 			out := layer(v, l, x, args) // recomputed, recorded
 			out.BackwardGrad(g)

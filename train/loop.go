@@ -180,7 +180,7 @@ func newTrainer(cfg Config, o Options) (_ *trainer, err error) {
 		return nil, err
 	}
 	t.closers = append(t.closers, closerFunc(func() error { m.Free(); return nil }))
-	t.net = newNet(m, dtype, cfg.CheckpointLayers, cfg.LossChunkRows)
+	t.net = newNet(m, dtype, cfg.CheckpointLayers, cfg.KeepLayers, cfg.LossChunkRows)
 	if t.net.distill, err = newDistiller(&t.cfg, mcfg, t.dev, dtype); err != nil {
 		return nil, err
 	}

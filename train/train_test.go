@@ -119,8 +119,9 @@ func TestExport(t *testing.T) {
 }
 
 // TestLayerCheckpointingMatches: recomputing layers in the backward pass
-// gives exactly the training of keeping the activations; computing the
-// head in many chunks gives the same losses.
+// (all, or all but the last one or two: keep_layers) gives exactly the
+// training of keeping the activations; computing the head in many chunks
+// gives the same losses.
 func TestLayerCheckpointingMatches(t *testing.T) {
 	dir := tinyModel(t)
 	src := toySource(t, 4, 16)
@@ -129,9 +130,10 @@ func TestLayerCheckpointingMatches(t *testing.T) {
 	for _, v := range []struct {
 		ckpt  bool
 		chunk int
-	}{{false, 2048}, {true, 2048}, {true, 5}} {
+		keep  int
+	}{{false, 2048, 0}, {true, 2048, 0}, {true, 5, 0}, {true, 2048, 1}, {true, 2048, 2}, {true, 2048, 99}} {
 		c := tinyConfig(dir, t.TempDir())
-		c.Steps, c.CheckpointLayers, c.ARLossWeight, c.LossChunkRows = 3, v.ckpt, 0.3, v.chunk
+		c.Steps, c.CheckpointLayers, c.ARLossWeight, c.LossChunkRows, c.KeepLayers = 3, v.ckpt, 0.3, v.chunk, v.keep
 		res, err := Run(context.Background(), c, Options{Train: src})
 		if err != nil {
 			t.Fatal(err)
@@ -139,8 +141,10 @@ func TestLayerCheckpointingMatches(t *testing.T) {
 		ws = append(ws, weightsOf(t, res.Checkpoint))
 		losses = append(losses, res.Losses)
 	}
-	if d, at := maxRelDiff(ws[0], ws[1]); d != 0 {
-		t.Fatalf("with layer checkpointing the weights after 3 steps differ by %.3g (relative) at %s", d, at)
+	for i, keep := range map[int]int{1: 0, 3: 1, 4: 2, 5: 99} {
+		if d, at := maxRelDiff(ws[0], ws[i]); d != 0 {
+			t.Fatalf("with layer checkpointing (keep_layers %d) the weights after 3 steps differ by %.3g (relative) at %s", keep, d, at)
+		}
 	}
 	for i := range losses[0] {
 		if math.Abs(losses[2][i]-losses[0][i]) > 1e-5*losses[0][i] {
