@@ -22,7 +22,7 @@
 #   TRAIN, HELDOUT   synthetic problems per task (6000, 100)
 #   TEACHER_SET      extra --set KEY=VALUE words for the teacher's training
 #   DIFF_SET         extra --set KEY=VALUE words for the diffusion training
-#   THRESHOLD        the diffusion model's denoising threshold (0.95; "" for dllm.json's)
+#   THRESHOLD        the diffusion model's denoising threshold (0.97; "" for dllm.json's)
 #   KEEP=1           reuse the data and teacher of an earlier run in PROXY_OUT
 #                    (only the diffusion stage and the evals run again)
 #   KEEP=2           reuse the diffusion model too (only the evals run again)
@@ -141,7 +141,7 @@ SECS[eval_teacher]=$(($(stamp) - t))
 t=$(stamp)
 say "diffusion model (blocks of 8): $DIFF"
 th=()
-THRESHOLD=${THRESHOLD-0.95}
+THRESHOLD=${THRESHOLD-0.97}
 [ -n "$THRESHOLD" ] && th=(--threshold "$THRESHOLD")
 evaluate diffusion "$DIFF" "$((PORT + 1))" --baseline "$OUT/teacher.json" ${th[@]+"${th[@]}"}
 SECS[eval_diffusion]=$(($(stamp) - t))
