@@ -759,7 +759,7 @@ struct Decoder {
   // lin is x (T, K) w (N, K)^T, plus resid (T, N) when it is defined (the
   // residual add riding in the matmul, addmm with beta 1). A forward of a
   // single token (AR decoding) takes kernels.cu's GEMV (measured on an
-  // H200: 5% less per matmul than cuBLAS; slower from 2 rows on).
+  // H200: 35 against 39 us of matmuls a layer; slower from 2 rows on).
   at::Tensor lin(const at::Tensor &x, const at::Tensor &w, const at::Tensor &resid = at::Tensor()) {
 #ifdef DLLM_KERNELS
     auto aligned = [](const at::Tensor &t) { return (reinterpret_cast<uintptr_t>(t.data_ptr()) & 15) == 0; };
