@@ -70,6 +70,9 @@ TRAIN_TPS=
 TRAIN_TPS_GIVEN=
 TEACHER_URL=
 TEACHER_TPS=
+# dllm serve's AR rate, one stream (201 tok/s measured on an H200 in the
+# GPU rehearsal): the local teacher's and the quick eval's speed.
+LOCAL_TPS=200
 LOCAL_TEACHER=0
 DISTILL_N=
 EVAL_TASKS=
@@ -153,7 +156,7 @@ elif [ "$SHAPE" = 1 ]; then
 	STEPS2=5 TOKS2=8192 SEQ2=8192 HOLD2=2 WARM2=1 CKPT2=5
 	SIZES1=(1 4 8 16 32) FRACS1=(0 0.025 0.05 0.075 0.1)
 	TRAIN_TPS=${TRAIN_TPS:-3200}
-	TEACHER_TPS=${TEACHER_TPS:-200}
+	TEACHER_TPS=${TEACHER_TPS:-$LOCAL_TPS}
 	DISTILL_N=${DISTILL_N:-8}
 	DISTILL_MAX_TOKENS=32 DISTILL_CONCURRENCY=2 DISTILL_DROP=
 	AVG_ANSWER=32
@@ -176,7 +179,7 @@ else
 	STEPS2=3000 TOKS2=65536 SEQ2=8192 HOLD2=32 WARM2=100 CKPT2=250
 	SIZES1=(1 4 8 16 32) FRACS1=(0 0.025 0.05 0.075 0.1)
 	TRAIN_TPS=${TRAIN_TPS:-3200}
-	if [ -n "$TEACHER_URL" ]; then TEACHER_TPS=${TEACHER_TPS:-20000}; else TEACHER_TPS=${TEACHER_TPS:-200}; fi
+	if [ -n "$TEACHER_URL" ]; then TEACHER_TPS=${TEACHER_TPS:-20000}; else TEACHER_TPS=${TEACHER_TPS:-$LOCAL_TPS}; fi
 	# Room for the prompt inside stage 2's 8192-token sequences.
 	DISTILL_MAX_TOKENS=7680 DISTILL_CONCURRENCY=64 DISTILL_DROP=--drop-truncated
 	[ "$LOCAL_TEACHER" = 1 ] && DISTILL_CONCURRENCY=2
@@ -384,7 +387,7 @@ if [ "$REHEARSAL" = 1 ] && [ "$DRY" = 0 ] && [ ! -f "$OUT/synth/tasks.json" ]; t
 	"$BIN" data synth --out "$OUT/synth" --train 100 --heldout 10 --seed 0 >"$LOGS/synth.log"
 fi
 header "distill $(commas "$DISTILL_N") prompts with the original model" \
-	"$(commas "$DISTILL_N") x ~$AVG_ANSWER tokens / $(commas "$TEACHER_TPS") tok/s = $(dur "$(secs_for "$((DISTILL_N * AVG_ANSWER))" "$TEACHER_TPS")")$([ -z "$TEACHER_URL" ] && [ "$TINY" = 0 ] && echo " with dllm serve (201 tok/s measured on an H200, one stream)")$([ "$SHAPE" = 1 ] && echo ", plus ~10 s to load the teacher")"
+	"$(commas "$DISTILL_N") x ~$AVG_ANSWER tokens / $(commas "$TEACHER_TPS") tok/s = $(dur "$(secs_for "$((DISTILL_N * AVG_ANSWER))" "$TEACHER_TPS")")$([ -z "$TEACHER_URL" ] && [ "$TINY" = 0 ] && echo " with dllm serve ($LOCAL_TPS tok/s, one stream)")$([ "$SHAPE" = 1 ] && echo ", plus ~10 s to load the teacher")"
 [ "$DRY" = 1 ] || mkdir -p "$DISTILL"
 todo=()
 for spec in "${DISTILL_SPECS[@]}"; do
@@ -399,7 +402,7 @@ elif [ "${#todo[@]}" = 0 ]; then
 	skip "$DISTILL/*.done" distill
 else
 	if [ -z "$TEACHER_URL" ] && [ "$LOCAL_TEACHER" = 0 ]; then
-		msg="distillation needs a teacher: --teacher URL (vLLM or SGLang serving $FROM; see docs/recipe.md), or --local-teacher for dllm serve (projected $(dur "$(secs_for "$((DISTILL_N * AVG_ANSWER))" 200)") for $(commas "$DISTILL_N") prompts), or --distill-prompts 0"
+		msg="distillation needs a teacher: --teacher URL (vLLM or SGLang serving $FROM; see docs/recipe.md), or --local-teacher for dllm serve (projected $(dur "$(secs_for "$((DISTILL_N * AVG_ANSWER))" "$LOCAL_TPS")") for $(commas "$DISTILL_N") prompts), or --distill-prompts 0"
 		[ "$DRY" = 1 ] || die "$msg"
 		say "   (a real run stops here) $msg"
 		TEACHER_URL=TEACHER_URL
@@ -571,11 +574,10 @@ fi
 if [ -z "$EVAL_TASKS" ]; then
 	EVAL_TASKS=$([ "$REHEARSAL" = 1 ] && echo "$OUT/synth/heldout.jsonl" || echo "$EVAL/synth/heldout.jsonl")
 fi
-# Two models x 4 tasks x items x about half the cap, at dllm serve's AR rate
-# (~200 tok/s measured on an H200, one stream).
-eval_secs=$(awk -v n="$EVAL_ITEMS" -v m="$EVAL_MAX_TOKENS" 'BEGIN{printf "%.0f", 2 * 4 * n * m / 2 / 200}')
+# Two models x 4 tasks x items x about half the cap, at dllm serve's AR rate.
+eval_secs=$(awk -v n="$EVAL_ITEMS" -v m="$EVAL_MAX_TOKENS" -v r="$LOCAL_TPS" 'BEGIN{printf "%.0f", 2 * 4 * n * m / 2 / r}')
 header "quick eval on $EVAL_TASKS (AR original vs diffusion model)" \
-	"$([ "$TINY" = 1 ] && echo "~20 s" || echo "<= $(dur "$eval_secs")$([ "$SHAPE" = 1 ] && echo " plus ~10 s per model to load"): 2 models x 4 tasks x $EVAL_ITEMS items x ~$((EVAL_MAX_TOKENS / 2)) tokens at ~200 tok/s")"
+	"$([ "$TINY" = 1 ] && echo "~20 s" || echo "<= $(dur "$eval_secs")$([ "$SHAPE" = 1 ] && echo " plus ~10 s per model to load"): 2 models x 4 tasks x $EVAL_ITEMS items x ~$((EVAL_MAX_TOKENS / 2)) tokens at ~$LOCAL_TPS tok/s")"
 if [ -f "$EVAL/diffusion.json" ]; then
 	skip "$EVAL/diffusion.json" eval
 else
