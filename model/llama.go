@@ -201,6 +201,31 @@ func build(cfg *Config, o LoadOptions, get func(string) *torch.Tensor) (*Model, 
 	} else {
 		m.Head = get("lm_head.weight")
 	}
+	m.invFreq = invFreq(cfg, o.Device)
+	return m, nil
+}
+
+// invFreq puts the RoPE inverse frequencies on dev. The default RoPE's are
+// computed as transformers computes them, 1 / theta^(2i/D) in float32 ops of
+// libtorch on the model's device, so bf16 cos and sin round exactly where
+// HF's do: Config.InvFreq's float64 values differ by one float32 ulp in 18 of
+// MiniCPM5-2B's 64 frequencies, which flips a few bf16 roundings that 42
+// random layers amplify to 2e-2 in the logits (docs/gpu.md). Scaled RoPE
+// keeps the float64 formulas, which agree to float32 rounding.
+func invFreq(cfg *Config, dev torch.Device) *torch.Tensor {
+	if cfg.RopeScaling == nil {
+		i2 := torch.Arange(0, int64(cfg.HeadDim/2), torch.Float32, dev).MulScalar(2) // (D/2) exact
+		defer i2.Free()
+		x := i2.DivScalar(float64(cfg.HeadDim))
+		defer x.Free()
+		theta := torch.Full(nil, cfg.RopeTheta, torch.Float32, dev)
+		defer theta.Free()
+		p := theta.Pow(x)
+		defer p.Free()
+		one := torch.Full(nil, 1, torch.Float32, dev)
+		defer one.Free()
+		return one.Div(p)
+	}
 	inv := cfg.InvFreq()
 	f := make([]float32, len(inv))
 	for i, v := range inv {
@@ -208,8 +233,7 @@ func build(cfg *Config, o LoadOptions, get func(string) *torch.Tensor) (*Model, 
 	}
 	cpu := torch.FromSlice(f)
 	defer cpu.Free()
-	m.invFreq = cpu.To(torch.Float32, o.Device)
-	return m, nil
+	return cpu.To(torch.Float32, dev)
 }
 
 // Params lists every weight tensor once, in load order.

@@ -3,6 +3,8 @@ package model
 import (
 	"math"
 	"testing"
+
+	"dllm/torch"
 )
 
 // The expected values below are worked out by hand from the formulas in
@@ -129,4 +131,35 @@ func TestInvFreqFromParsedYarn(t *testing.T) {
 		t.Fatal(err)
 	}
 	assertFreqs(t, c.InvFreq(), []float64{1, 0.1, 0.00625, 0.00025})
+}
+
+// The model's default frequencies are float32 libtorch arithmetic (HF's own),
+// so they may differ from the float64 formula by an ulp but no more; scaled
+// RoPE keeps the float64 values rounded once.
+func TestModelInvFreq(t *testing.T) {
+	if err := torch.Load(); err != nil {
+		t.Fatal(err)
+	}
+	mini, err := LoadConfig("../testdata/minicpm5-2b-shape")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []*Config{mini, ropeConfig(nil), ropeConfig(&RopeScaling{Type: "linear", Factor: 4})} {
+		inv := invFreq(c, torch.CPU)
+		got := inv.Float32s()
+		inv.Free()
+		want := c.InvFreq()
+		if len(got) != len(want) {
+			t.Fatalf("%d frequencies, want %d", len(got), len(want))
+		}
+		for i, w := range want {
+			w32 := float32(w)
+			if c.RopeScaling != nil && got[i] != w32 {
+				t.Errorf("scaled inv_freq[%d] = %g, want %g exactly", i, got[i], w32)
+			}
+			if ulp := math.Nextafter32(w32, float32(math.Inf(1))) - w32; math.Abs(float64(got[i]-w32)) > float64(ulp) {
+				t.Errorf("theta %g: inv_freq[%d] = %.9g, more than an ulp from %.9g", c.RopeTheta, i, got[i], w32)
+			}
+		}
+	}
 }

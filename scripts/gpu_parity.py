@@ -19,6 +19,23 @@ def rel_err_rows(got, want):
     return (num / den).max().item()
 
 
+def hf_random_model(cfg, seed=0):
+    """transformers' LlamaForCausalLM with random bf16 weights on the GPU.
+
+    model.to(bf16) also rounds the RoPE inv_freq buffer to bf16 (~4e-3
+    relative), which from_pretrained(dtype=bf16) does not do: the float32
+    frequencies are restored so the reference is the one users get.
+    """
+    torch.manual_seed(seed)
+    with torch.device("cuda"):
+        m = LlamaForCausalLM(cfg).to(torch.bfloat16).eval()
+    d = cfg.head_dim
+    theta = getattr(cfg, "rope_theta", None) or cfg.rope_parameters["rope_theta"]
+    inv = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.int64).to("cuda", torch.float) / d))
+    m.model.rotary_emb.register_buffer("inv_freq", inv, persistent=False)
+    return m
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--config", default="testdata/minicpm5-2b-shape/config.json")
@@ -32,19 +49,8 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     cfg = AutoConfig.from_pretrained(a.config)
-    torch.manual_seed(0)
     t0 = time.time()
-    with torch.device("cuda"):
-        m = LlamaForCausalLM(cfg).to(torch.bfloat16).eval()
-    # model.to(bf16) also rounds the RoPE inv_freq buffer to bf16 (~4e-3
-    # relative), which from_pretrained(dtype=bf16) does not do: restore the
-    # float32 frequencies so the reference is the one users get.
-    rot = m.model.rotary_emb
-    print("inv_freq dtype after .to(bf16):", rot.inv_freq.dtype)
-    d = cfg.head_dim
-    theta = getattr(cfg, "rope_theta", None) or cfg.rope_parameters["rope_theta"]
-    inv = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.int64).to("cuda", torch.float) / d))
-    rot.register_buffer("inv_freq", inv, persistent=False)
+    m = hf_random_model(cfg)
     t1 = time.time()
     m.save_pretrained(a.out, safe_serialization=True)
     t2 = time.time()
@@ -61,19 +67,29 @@ def main():
             if dt == "f32":
                 m = m.float()  # the same weights, upcast exactly
             ref[("causal", dt)] = m(x).logits.float().cpu()
-            ref[("bidirectional", dt)] = m(x, attention_mask=full).logits.float().cpu()
+            ref[("bidirectional mask", dt)] = m(x, attention_mask=full).logits.float().cpu()
+            # Bidirectional as HF runs a non-causal model: no mask, is_causal
+            # off, so SDPA takes the same kernel dllm's unmasked call takes
+            # (the masked call above picks another, which rounds differently).
+            for layer in m.model.layers:
+                layer.self_attn.is_causal = False
+            ref[("bidirectional", dt)] = m(x).logits.float().cpu()
+            for layer in m.model.layers:
+                layer.self_attn.is_causal = True
         # The float32 model on the CPU too: an answer free of GPU kernel choices.
         m = m.cpu()
         ref[("causal", "cpu")] = m(ids).logits.float()
-    assert rel_err_rows(ref[("causal", "f32")], ref[("bidirectional", "f32")]) > 1e-2, "bidirectional mask had no effect"
+    assert rel_err_rows(ref[("causal", "f32")], ref[("bidirectional", "f32")]) > 1e-2, "is_causal off had no effect"
+    assert rel_err_rows(ref[("bidirectional", "f32")], ref[("bidirectional mask", "f32")]) < 1e-4, "two bidirectional runs differ"
     del m
     torch.cuda.empty_cache()
 
-    # Pass bars: float32 against float32 checks the maths at full size; in
-    # bf16 two correct implementations differ by rounding noise that grows with
-    # depth, so dllm's bf16 logits must be as close to the float32 reference
-    # as transformers' own bf16 logits are (within 1.5x), and the dllm-vs-
-    # transformers bf16 gap is reported beside it.
+    # Pass bars: float32 against float32 checks the maths at full size (1e-4);
+    # bf16 against bf16 the issue's 1e-2, which holds only where both round
+    # alike (the same kernels, the same RoPE frequencies: 42 random layers
+    # amplify one flipped rounding to ~3e-2, scripts/gpu_parity_depth.py).
+    # dllm's bf16 logits must also be as close to the float32 reference as
+    # transformers' own bf16 logits are (within 1.5x).
     idstr = ",".join(str(i) for i in ids[0].tolist())
     for name in ("causal", "bidirectional"):
         got = {}
@@ -90,7 +106,11 @@ def main():
         ours = rel_err_rows(got["bf16"], ref[(name, "f32")])
         rows.append((f"{name}: transformers bf16 vs f32 (bf16 noise)", f"{hf:.2e}"))
         rows.append((f"{name}: dllm bf16 vs transformers f32", f"{ours:.2e} {'PASS' if ours < 1.5 * hf else 'FAIL'}"))
-        rows.append((f"{name}: dllm bf16 vs transformers bf16", f"{rel_err_rows(got['bf16'], ref[(name, 'bf16')]):.2e}"))
+        e16 = rel_err_rows(got["bf16"], ref[(name, "bf16")])
+        rows.append((f"{name}: dllm bf16 vs transformers bf16", f"{e16:.2e} {'PASS' if e16 < 1e-2 else 'FAIL'}"))
+        if name == "bidirectional":
+            e16 = rel_err_rows(got["bf16"], ref[("bidirectional mask", "bf16")])
+            rows.append(("bidirectional: dllm bf16 vs transformers bf16 with an all-true mask", f"{e16:.2e}"))
     rows.append(("causal: transformers f32 GPU vs CPU", f"{rel_err_rows(ref[('causal', 'f32')], ref[('causal', 'cpu')]):.2e}"))
     out = subprocess.run(["bin/dllm", "logits", "--model", a.out, "--ids", idstr, "--attention", "causal",
                           "--dtype", "f32", "--device", "cpu", "--json"], check=True, capture_output=True, text=True).stdout
