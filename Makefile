@@ -11,7 +11,7 @@ GO ?= go
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 
 SHIM := bin/libdllmtorch.so
-SHIM_SRC := torch/csrc/dllm_torch.cpp torch/csrc/dist.cpp torch/csrc/dllm_torch.h
+SHIM_SRC := torch/csrc/dllm_torch.cpp torch/csrc/dist.cpp torch/csrc/block_attn.cpp torch/csrc/dllm_torch.h torch/csrc/block_attn.h
 CXXFLAGS := -std=c++17 -O2 -fPIC -Wall -Wno-unused-function
 
 ifeq ($(TORCH),)
@@ -46,7 +46,7 @@ all: dllm shim
 shim: $(SHIM)
 $(SHIM): $(SHIM_SRC) $(KERNELS)
 	@mkdir -p bin
-	$(CXX) $(CXXFLAGS) $(TORCH_INC) -shared -o $@ torch/csrc/dllm_torch.cpp torch/csrc/dist.cpp $(TORCH_LIB)
+	$(CXX) $(CXXFLAGS) $(TORCH_INC) -shared -o $@ torch/csrc/dllm_torch.cpp torch/csrc/dist.cpp torch/csrc/block_attn.cpp $(TORCH_LIB)
 
 build/kernels.o: torch/csrc/kernels.cu torch/csrc/kernels.h
 	@mkdir -p build

@@ -201,20 +201,23 @@ func build(cfg *Config, o LoadOptions, get func(string) *torch.Tensor) (*Model, 
 	} else {
 		m.Head = get("lm_head.weight")
 	}
-	m.invFreq = invFreq(cfg, o.Device)
+	m.invFreq = RopeFrequencies(cfg, o.Device)
 	return m, nil
 }
 
-// invFreq puts the RoPE inverse frequencies on dev. The default RoPE's are
+// RopeFrequencies puts the RoPE inverse frequencies (D/2) float32 on dev,
+// as every forward pass (serving and training) uses them. The default RoPE's are
 // computed as transformers computes them, 1 / theta^(2i/D) in float32 ops of
 // libtorch on the model's device, so bf16 cos and sin round exactly where
 // HF's do: Config.InvFreq's float64 values differ by one float32 ulp in 18 of
 // MiniCPM5-2B's 64 frequencies, which flips a few bf16 roundings that 42
 // random layers amplify to 2e-2 in the logits (docs/gpu.md). Scaled RoPE
 // keeps the float64 formulas, which agree to float32 rounding.
-func invFreq(cfg *Config, dev torch.Device) *torch.Tensor {
+func RopeFrequencies(cfg *Config, dev torch.Device) *torch.Tensor {
 	if cfg.RopeScaling == nil {
-		i2 := torch.Arange(0, int64(cfg.HeadDim/2), torch.Float32, dev).MulScalar(2) // (D/2) exact
+		i := torch.Arange(0, int64(cfg.HeadDim/2), torch.Float32, dev)
+		defer i.Free()
+		i2 := i.MulScalar(2) // (D/2) 0, 2, 4, ...: exact
 		defer i2.Free()
 		x := i2.DivScalar(float64(cfg.HeadDim))
 		defer x.Free()
@@ -326,6 +329,9 @@ type ForwardOpts struct {
 	// Split, with Mask, says that positions from Split on see none before
 	// it (torch.AttnArgs.Split); attention then skips those scores.
 	Split int
+	// Layout, instead of Mask and Split, is training's noisy+clean block
+	// layout of the inputs (torch.Layout).
+	Layout *torch.Layout
 }
 
 // Forward runs ids (B, T) int64 through the model and returns logits
@@ -367,7 +373,7 @@ func (m *Model) Hidden(ids *torch.Tensor, o ForwardOpts) (h *torch.Tensor, err e
 	defer torch.Free(cos, sin)
 	// 2. The attention mask over [0, pos+T).
 	mask, causal := o.Mask, false
-	if mask == nil {
+	if mask == nil && o.Layout == nil {
 		mask, causal = m.mask(o.Attention, pos, T)
 		defer mask.Free()
 	}
@@ -377,7 +383,7 @@ func (m *Model) Hidden(ids *torch.Tensor, o ForwardOpts) (h *torch.Tensor, err e
 		Cos: cos, Sin: sin, Mask: mask, Causal: causal,
 		Heads: cfg.NumAttentionHeads, KVHeads: cfg.NumKeyValueHeads,
 		Eps: cfg.RMSNormEps, Pos: pos, // Scale 0: 1/sqrt(head_dim) as HF
-		Split: o.Split,
+		Split: o.Split, Layout: o.Layout,
 	}
 	for i := range m.Layers {
 		if o.Cache != nil {

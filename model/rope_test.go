@@ -145,7 +145,7 @@ func TestModelInvFreq(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range []*Config{mini, ropeConfig(nil), ropeConfig(&RopeScaling{Type: "linear", Factor: 4})} {
-		inv := invFreq(c, torch.CPU)
+		inv := RopeFrequencies(c, torch.CPU)
 		got := inv.Float32s()
 		inv.Free()
 		want := c.InvFreq()

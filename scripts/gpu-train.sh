@@ -10,14 +10,16 @@
 # Usage: scripts/gpu-train.sh   (expects bin/dllm from the CPU machine, or Go)
 # Environment: STEPS (10), MICRO_BATCH (1), GRAD_ACCUM (1), SEQ_LEN (4096),
 # BLOCK (32), CKPT (true: layer checkpointing), KEEP (0: with CKPT, the last
-# KEEP layers keep their activations), PEAK_TFLOPS (989).
+# KEEP layers keep their activations), PEAK_TFLOPS (989), KEEP_SHIM (1: reuse
+# bin/libdllmtorch.so from an earlier run). DLLM_FLASH_LAYOUT=0 runs the
+# attention through masked SDPA instead of FlashAttention (torch.Layout).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python3}
 TORCH=$($PY -c 'import torch,os;print(os.path.dirname(torch.__file__))')
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 echo "torch wheel: $TORCH ($($PY -c 'import torch;print(torch.__version__)'))"
-rm -f bin/libdllmtorch.so
+[ "${KEEP_SHIM:-0}" = 1 ] || rm -f bin/libdllmtorch.so
 make --no-print-directory shim TORCH="$TORCH"
 [ -x bin/dllm ] || make --no-print-directory dllm
 bin/dllm version

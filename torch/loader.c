@@ -117,8 +117,12 @@ static dt_err (*p_topk)(dt_tensor t, int64_t k, int64_t dim, dt_tensor *values, 
 dt_err dtl_topk(dt_tensor t, int64_t k, int64_t dim, dt_tensor *values, dt_tensor *indices) { return p_topk(t, k, dim, values, indices); }
 static dt_err (*p_multinomial)(dt_tensor probs, int64_t n, int replacement, dt_tensor *out);
 dt_err dtl_multinomial(dt_tensor probs, int64_t n, int replacement, dt_tensor *out) { return p_multinomial(probs, n, replacement, out); }
-static dt_err (*p_attn_block)(dt_tensor x, dt_tensor norm_w, dt_tensor wq, dt_tensor wk, dt_tensor wv, dt_tensor wo, dt_tensor bq, dt_tensor bk, dt_tensor bv, dt_tensor cos, dt_tensor sin, dt_tensor mask, int causal, int n_head, int n_kv_head, double eps, double attn_scale, dt_tensor kcache, dt_tensor vcache, int64_t pos, int impl, int64_t split, dt_tensor *out);
-dt_err dtl_attn_block(dt_tensor x, dt_tensor norm_w, dt_tensor wq, dt_tensor wk, dt_tensor wv, dt_tensor wo, dt_tensor bq, dt_tensor bk, dt_tensor bv, dt_tensor cos, dt_tensor sin, dt_tensor mask, int causal, int n_head, int n_kv_head, double eps, double attn_scale, dt_tensor kcache, dt_tensor vcache, int64_t pos, int impl, int64_t split, dt_tensor *out) { return p_attn_block(x, norm_w, wq, wk, wv, wo, bq, bk, bv, cos, sin, mask, causal, n_head, n_kv_head, eps, attn_scale, kcache, vcache, pos, impl, split, out); }
+static dt_err (*p_attn_block)(dt_tensor x, dt_tensor norm_w, dt_tensor wq, dt_tensor wk, dt_tensor wv, dt_tensor wo, dt_tensor bq, dt_tensor bk, dt_tensor bv, dt_tensor cos, dt_tensor sin, dt_tensor mask, int causal, int n_head, int n_kv_head, double eps, double attn_scale, dt_tensor kcache, dt_tensor vcache, int64_t pos, int impl, int64_t split, dt_layout layout, dt_tensor *out);
+dt_err dtl_attn_block(dt_tensor x, dt_tensor norm_w, dt_tensor wq, dt_tensor wk, dt_tensor wv, dt_tensor wo, dt_tensor bq, dt_tensor bk, dt_tensor bv, dt_tensor cos, dt_tensor sin, dt_tensor mask, int causal, int n_head, int n_kv_head, double eps, double attn_scale, dt_tensor kcache, dt_tensor vcache, int64_t pos, int impl, int64_t split, dt_layout layout, dt_tensor *out) { return p_attn_block(x, norm_w, wq, wk, wv, wo, bq, bk, bv, cos, sin, mask, causal, n_head, n_kv_head, eps, attn_scale, kcache, vcache, pos, impl, split, layout, out); }
+static dt_err (*p_layout_new)(dt_tensor docs, int64_t block, int device_type, int device_index, dt_layout *out);
+dt_err dtl_layout_new(dt_tensor docs, int64_t block, int device_type, int device_index, dt_layout *out) { return p_layout_new(docs, block, device_type, device_index, out); }
+static void (*p_layout_free)(dt_layout l);
+void dtl_layout_free(dt_layout l) { p_layout_free(l); }
 static dt_err (*p_mlp_block)(dt_tensor x, dt_tensor norm_w, dt_tensor w_gate, dt_tensor w_up, dt_tensor w_down, double eps, dt_tensor *out);
 dt_err dtl_mlp_block(dt_tensor x, dt_tensor norm_w, dt_tensor w_gate, dt_tensor w_up, dt_tensor w_down, double eps, dt_tensor *out) { return p_mlp_block(x, norm_w, w_gate, w_up, w_down, eps, out); }
 static dt_err (*p_set_requires_grad)(dt_tensor t, int on);
@@ -241,6 +245,8 @@ const char *dtl_open(const char *path) {
   RESOLVE(topk)
   RESOLVE(multinomial)
   RESOLVE(attn_block)
+  RESOLVE(layout_new)
+  RESOLVE(layout_free)
   RESOLVE(mlp_block)
   RESOLVE(set_requires_grad)
   RESOLVE(requires_grad)

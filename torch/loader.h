@@ -62,7 +62,9 @@ dt_err dtl_sdpa(dt_tensor q, dt_tensor k, dt_tensor v, dt_tensor mask, int causa
 dt_err dtl_cross_entropy(dt_tensor logits, dt_tensor targets, int64_t ignore_index, int reduction, dt_tensor *out);
 dt_err dtl_topk(dt_tensor t, int64_t k, int64_t dim, dt_tensor *values, dt_tensor *indices);
 dt_err dtl_multinomial(dt_tensor probs, int64_t n, int replacement, dt_tensor *out);
-dt_err dtl_attn_block(dt_tensor x, dt_tensor norm_w, dt_tensor wq, dt_tensor wk, dt_tensor wv, dt_tensor wo, dt_tensor bq, dt_tensor bk, dt_tensor bv, dt_tensor cos, dt_tensor sin, dt_tensor mask, int causal, int n_head, int n_kv_head, double eps, double attn_scale, dt_tensor kcache, dt_tensor vcache, int64_t pos, int impl, int64_t split, dt_tensor *out);
+dt_err dtl_attn_block(dt_tensor x, dt_tensor norm_w, dt_tensor wq, dt_tensor wk, dt_tensor wv, dt_tensor wo, dt_tensor bq, dt_tensor bk, dt_tensor bv, dt_tensor cos, dt_tensor sin, dt_tensor mask, int causal, int n_head, int n_kv_head, double eps, double attn_scale, dt_tensor kcache, dt_tensor vcache, int64_t pos, int impl, int64_t split, dt_layout layout, dt_tensor *out);
+dt_err dtl_layout_new(dt_tensor docs, int64_t block, int device_type, int device_index, dt_layout *out);
+void dtl_layout_free(dt_layout l);
 dt_err dtl_mlp_block(dt_tensor x, dt_tensor norm_w, dt_tensor w_gate, dt_tensor w_up, dt_tensor w_down, double eps, dt_tensor *out);
 dt_err dtl_set_requires_grad(dt_tensor t, int on);
 int dtl_requires_grad(dt_tensor t);

@@ -2,6 +2,7 @@ package train
 
 import (
 	"fmt"
+	"os"
 
 	"dllm/model"
 	"dllm/torch"
@@ -17,17 +18,12 @@ type net struct {
 	chunk   int          // loss_chunk_rows
 	invFreq *torch.Tensor
 	distill *distiller // the frozen teacher; nil without distillation
+	flash   bool       // the block layout through torch.Layout (flashLayout)
 }
 
 func newNet(m *model.Model, dtype torch.DType, ckpt bool, keep, chunk int) *net {
-	inv := m.Config.InvFreq()
-	f := make([]float32, len(inv))
-	for i, v := range inv {
-		f[i] = float32(v)
-	}
-	cpu := torch.FromSlice(f)
-	defer cpu.Free()
-	return &net{m: m, dtype: dtype, ckpt: ckpt, keep: keep, chunk: chunk, invFreq: cpu.To(torch.Float32, m.Device)}
+	return &net{m: m, dtype: dtype, ckpt: ckpt, keep: keep, chunk: chunk, invFreq: model.RopeFrequencies(m.Config, m.Device),
+		flash: flashLayout(m.Device, dtype)}
 }
 
 func (n *net) free() {
@@ -77,9 +73,22 @@ type inputs struct {
 	// split is L for the noisy+clean layout, whose clean half never sees
 	// the noisy one (torch.AttnArgs.Split), else 0.
 	split int
+	// layout replaces mask and split for the noisy+clean layout in half
+	// precision on CUDA (torch.Layout: FlashAttention, no dense mask).
+	layout *torch.Layout
 }
 
-func (in inputs) free() { torch.Free(in.ids, in.pos, in.mask) }
+func (in inputs) free() {
+	torch.Free(in.ids, in.pos, in.mask)
+	in.layout.Free()
+}
+
+// flashLayout says whether the block objective's attention runs through
+// torch.Layout: on CUDA in bf16 or f16 (FlashAttention's types), unless
+// DLLM_FLASH_LAYOUT=0 asks for the masked SDPA path (for comparisons).
+func flashLayout(dev torch.Device, dtype torch.DType) bool {
+	return dev.CUDA && (dtype == torch.BFloat16 || dtype == torch.Float16) && os.Getenv("DLLM_FLASH_LAYOUT") != "0"
+}
 
 // toDevice moves a freshly made CPU tensor to dev (freeing the CPU one).
 func toDevice(t *torch.Tensor, dev torch.Device) *torch.Tensor {
@@ -93,11 +102,22 @@ func toDevice(t *torch.Tensor, dev torch.Device) *torch.Tensor {
 // upload builds a micro-batch's ids (B, T), positions (T) and attention
 // mask (B, 1, T, T): the structural mask (base, or the batch's own) AND
 // "same document".
-func upload(mb *microBatch, base *torch.Tensor, dev torch.Device) inputs {
+func upload(mb *microBatch, base *torch.Tensor, dev torch.Device, flash bool) inputs {
 	B, T := int64(mb.B), int64(mb.T)
 	in := inputs{
 		ids: toDevice(torch.FromSlice(mb.ids, B, T), dev),
 		pos: toDevice(torch.FromSlice(mb.pos), dev),
+	}
+	if flash && mb.attn == nil && mb.T == 2*mb.L {
+		// The noisy half's documents (the clean half's are the same).
+		docs := make([]int64, 0, mb.B*mb.L)
+		for r := 0; r < mb.B; r++ {
+			docs = append(docs, mb.docs[r*mb.T:r*mb.T+mb.L]...)
+		}
+		cpu := torch.FromSlice(docs, B, int64(mb.L))
+		defer cpu.Free()
+		in.layout = torch.NewLayout(cpu, mb.block, dev)
+		return in
 	}
 	docs := toDevice(torch.FromSlice(mb.docs, B, T), dev)
 	defer docs.Free()
@@ -131,7 +151,7 @@ func layer(v *model.Model, l int, x *torch.Tensor, args *torch.AttnArgs) *torch.
 // it, and hand the input's gradient to the layer before.
 func (n *net) hidden(v *model.Model, in inputs) (h *torch.Tensor, finish func()) {
 	if !n.ckpt {
-		h, err := v.Hidden(in.ids, model.ForwardOpts{Mask: in.mask, Positions: in.pos, Split: in.split})
+		h, err := v.Hidden(in.ids, model.ForwardOpts{Mask: in.mask, Positions: in.pos, Split: in.split, Layout: in.layout})
 		if err != nil {
 			panic(&torch.Error{Op: "forward", Msg: err.Error()})
 		}
@@ -140,7 +160,7 @@ func (n *net) hidden(v *model.Model, in inputs) (h *torch.Tensor, finish func())
 	cfg := v.Config
 	cos, sin := torch.RopeTables(n.invFreq, in.pos, cfg.RopeAttentionScale(), n.dtype)
 	args := &torch.AttnArgs{Cos: cos, Sin: sin, Mask: in.mask, Heads: cfg.NumAttentionHeads,
-		KVHeads: cfg.NumKeyValueHeads, Eps: cfg.RMSNormEps, Split: in.split}
+		KVHeads: cfg.NumKeyValueHeads, Eps: cfg.RMSNormEps, Split: in.split, Layout: in.layout}
 	// 1. Embed with grad (a lookup: its saved state is the ids).
 	x0 := torch.Embedding(v.Embed, in.ids) // (B, T, C)
 	// 2. The recomputed layers without grad, keeping each one's input.
@@ -259,7 +279,7 @@ func (n *net) trainMicro(mb *microBatch, base *torch.Tensor, norm, distillNorm f
 	// without distillation), before the student's activations exist.
 	dt := n.distill.targets(mb, distillNorm)
 	defer dt.free()
-	in := upload(mb, base, n.m.Device)
+	in := upload(mb, base, n.m.Device, n.flash)
 	defer in.free()
 	// 2. Forward to the final hidden states.
 	h, finish := n.hidden(v, in) // (B, T, C)
@@ -292,9 +312,9 @@ func (n *net) evalMicro(mb *microBatch, base *torch.Tensor, norm float64) (lp lo
 	torch.NoGrad(func() {
 		v, release := n.view()
 		defer release()
-		in := upload(mb, base, n.m.Device)
+		in := upload(mb, base, n.m.Device, n.flash)
 		defer in.free()
-		h, err := v.Hidden(in.ids, model.ForwardOpts{Mask: in.mask, Positions: in.pos, Split: in.split})
+		h, err := v.Hidden(in.ids, model.ForwardOpts{Mask: in.mask, Positions: in.pos, Split: in.split, Layout: in.layout})
 		if err != nil {
 			panic(&torch.Error{Op: "forward", Msg: err.Error()})
 		}

@@ -1,11 +1,13 @@
 package train
 
 import (
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
 
+	"dllm/model"
 	"dllm/torch"
 )
 
@@ -283,5 +285,68 @@ func TestNoiseWeights(t *testing.T) {
 	}
 	if m := sum / draws; m < 0.97 || m > 1.03 {
 		t.Errorf("mean masked share x weight %.3f, want 1", m)
+	}
+}
+
+// TestLayoutMatchesMask: the block objective through torch.Layout (the
+// FlashAttention decomposition; on the CPU its reference maths) gives the
+// masked path's losses and gradients, with and without layer
+// checkpointing, for documents that start inside blocks.
+func TestLayoutMatchesMask(t *testing.T) {
+	dir := tinyModel(t)
+	m, err := model.Load(dir, model.LoadOptions{Device: torch.CPU, DType: torch.Float32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Free()
+	for _, p := range m.Params() {
+		p.SetRequiresGrad(true)
+	}
+	const L, bs = 14, 4
+	var seqs []sequence
+	for q, starts := range [][]int{{0, 6, 9}, nil} {
+		s := sequence{starts: starts}
+		for i := 0; i < L; i++ {
+			s.tokens = append(s.tokens, int64(20+(7*i+5*q)%60))
+			s.loss = append(s.loss, true)
+		}
+		seqs = append(seqs, s)
+	}
+	spec := batchSpec{objective: ObjectiveBlock, blockSize: bs, shift: true, complementary: true, tfloor: 0.1, arWeight: 1, maskID: tinyMaskID}
+	mb := buildBatch(spec, seqs, rand.New(rand.NewPCG(5, 6)))
+	base := baseFor(ObjectiveBlock, L, bs)
+	defer base.Free()
+	run := func(flash, ckpt bool) (lossParts, [][]float32) {
+		n := newNet(m, torch.Float32, ckpt, 1, 2048)
+		defer n.invFreq.Free()
+		n.flash = flash
+		for _, p := range m.Params() {
+			p.ZeroGrad()
+		}
+		lp, err := n.trainMicro(mb, base, float64(mb.eligible), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var gs [][]float32
+		for _, p := range m.Params() {
+			g := p.Grad()
+			gs = append(gs, g.Float32s())
+			g.Free()
+		}
+		return lp, gs
+	}
+	want, wg := run(false, false)
+	for _, ckpt := range []bool{false, true} {
+		got, gg := run(true, ckpt)
+		if math.Abs(got.diff-want.diff) > 1e-5*want.diff || math.Abs(got.ar-want.ar) > 1e-5*want.ar {
+			t.Fatalf("checkpointing %v: losses %+v, masked path %+v", ckpt, got, want)
+		}
+		for i := range wg {
+			for j := range wg[i] {
+				if d := math.Abs(float64(gg[i][j] - wg[i][j])); d > 1e-5+1e-3*math.Abs(float64(wg[i][j])) {
+					t.Fatalf("checkpointing %v: param %d grad[%d] = %g, masked path %g", ckpt, i, j, gg[i][j], wg[i][j])
+				}
+			}
+		}
 	}
 }

@@ -92,11 +92,13 @@ func (t *targets) add(row int, id int64, w float32) {
 // microBatch is one forward's worth of input, laid out for the model on
 // the host.
 type microBatch struct {
-	B, T int     // rows and layout length (2L for block, L otherwise)
-	L    int     // tokens per sequence
-	ids  []int64 // (B, T) input ids
-	docs []int64 // (B, T) document index of each position
-	pos  []int64 // (T) RoPE positions, shared by the rows
+	B, T int // rows and layout length (2L for block, L otherwise)
+	L    int // tokens per sequence
+	// block is the block objective's block size (0 otherwise).
+	block int
+	ids   []int64 // (B, T) input ids
+	docs  []int64 // (B, T) document index of each position
+	pos   []int64 // (T) RoPE positions, shared by the rows
 	// attn, when set, is this batch's structural (T, T) mask (mdm
 	// annealing); otherwise the objective's cached one applies.
 	attn []bool
@@ -140,7 +142,7 @@ func buildBatch(spec batchSpec, seqs []sequence, rng *rand.Rand) *microBatch {
 		copies = 2
 	}
 	if spec.objective == ObjectiveBlock {
-		mb.T = 2 * L
+		mb.T, mb.block = 2*L, spec.blockSize
 	}
 	T := mb.T
 	for i := 0; i < L; i++ {

@@ -7,6 +7,8 @@
 
 #include "dllm_torch.h"
 
+#include "block_attn.h"
+
 #include <torch/torch.h>
 #include <torch/version.h>
 
@@ -82,13 +84,75 @@ std::vector<int64_t> dims(const int64_t *p, int n) {
   return std::vector<int64_t>(p, p + n);
 }
 
-// rms_norm follows HF's LlamaRMSNorm exactly: normalise in float32, cast back
-// to the input dtype, then scale, so bf16 results round where HF's do.
-at::Tensor rms_norm(const at::Tensor &x, const at::Tensor &w, double eps) {
+// rms_norm_ops follows HF's LlamaRMSNorm exactly: normalise in float32, cast
+// back to the input dtype, then scale, so bf16 results round where HF's do.
+// rstd, when given, receives 1/sqrt(mean(x^2) + eps) (.., 1).
+at::Tensor rms_norm_ops(const at::Tensor &x, const at::Tensor &w, double eps, at::Tensor *rstd = nullptr) {
   auto h = x.to(x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat);
-  auto var = h.pow(2).mean(-1, true);
-  h = h * at::rsqrt(var + eps);
-  return w * h.to(x.scalar_type());
+  auto r = at::rsqrt(h.pow(2).mean(-1, true) + eps);
+  if (rstd) *rstd = r;
+  return w * (h * r).to(x.scalar_type());
+}
+
+// RMSNormFn is rms_norm_ops with a backward of its own that keeps only x and
+// rstd: autograd through the ops keeps two float32 copies of x and the
+// normalised bf16 one, a fifth of a layer's activations in training.
+struct RMSNormFn : public torch::autograd::Function<RMSNormFn> {
+  static at::Tensor forward(torch::autograd::AutogradContext *ctx, const at::Tensor &x, const at::Tensor &w,
+                            double eps) {
+    at::Tensor rstd;
+    auto y = rms_norm_ops(x, w, eps, &rstd);
+    ctx->save_for_backward({x, w, rstd});
+    return y;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext *ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto sv = ctx->get_saved_variables();
+    auto &x = sv[0], &w = sv[1], &rstd = sv[2];
+    auto g = grads[0];
+    auto xf = x.to(rstd.scalar_type());
+    auto n = (xf * rstd).to(x.scalar_type()); // the normalised x as forward rounded it
+    // y = w * n: dw sums g * n over the rows; dn = g * w, then through
+    // n = x * rstd with rstd = (mean(x^2) + eps)^-1/2:
+    //   dx = rstd * dn - x * rstd^3 * mean(dn * x).
+    at::Tensor dx, dw;
+    if (ctx->needs_input_grad(1)) dw = (g * n).reshape({-1, w.numel()}).sum(0).view(w.sizes());
+    if (ctx->needs_input_grad(0)) {
+      auto dn = (g * w).to(rstd.scalar_type());
+      dx = (rstd * dn - xf * rstd.pow(3) * (dn * xf).mean(-1, true)).to(x.scalar_type());
+    }
+    return {dx, dw, at::Tensor()};
+  }
+};
+
+// rms_norm is rms_norm_ops, through RMSNormFn when a gradient is wanted.
+at::Tensor rms_norm(const at::Tensor &x, const at::Tensor &w, double eps) {
+  if (at::GradMode::is_enabled() && (x.requires_grad() || w.requires_grad())) return RMSNormFn::apply(x, w, eps);
+  return rms_norm_ops(x, w, eps);
+}
+
+// SwiGLUFn is silu(g) * u keeping only g and u for the backward (autograd
+// through the ops also keeps silu(g)).
+struct SwiGLUFn : public torch::autograd::Function<SwiGLUFn> {
+  static at::Tensor forward(torch::autograd::AutogradContext *ctx, const at::Tensor &g, const at::Tensor &u) {
+    ctx->save_for_backward({g, u});
+    return at::silu(g) * u;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext *ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto sv = ctx->get_saved_variables();
+    auto st = at::promote_types(sv[0].scalar_type(), at::kFloat);
+    auto g = sv[0].to(st), u = sv[1].to(st), d = grads[0].to(st);
+    auto sig = at::sigmoid(g);
+    // silu(g)' = sigmoid(g) * (1 + g * (1 - sigmoid(g))).
+    auto dg = d * u * sig * (1 + g * (1 - sig));
+    return {dg.to(sv[0].scalar_type()), (d * g * sig).to(sv[1].scalar_type())};
+  }
+};
+
+at::Tensor swiglu(const at::Tensor &g, const at::Tensor &u) {
+  if (at::GradMode::is_enabled() && (g.requires_grad() || u.requires_grad())) return SwiGLUFn::apply(g, u);
+  return at::silu(g) * u;
 }
 
 at::Tensor rotate_half(const at::Tensor &x) {
@@ -550,10 +614,28 @@ dt_err dt_multinomial(dt_tensor probs, int64_t n, int replacement, dt_tensor *ou
 dt_err dt_attn_block(dt_tensor x, dt_tensor norm_w, dt_tensor wq, dt_tensor wk, dt_tensor wv, dt_tensor wo,
                      dt_tensor bq, dt_tensor bk, dt_tensor bv, dt_tensor cos, dt_tensor sin, dt_tensor mask,
                      int causal, int n_head, int n_kv_head, double eps, double attn_scale, dt_tensor kcache,
-                     dt_tensor vcache, int64_t pos, int impl, int64_t split, dt_tensor *out) {
+                     dt_tensor vcache, int64_t pos, int impl, int64_t split, dt_layout layout, dt_tensor *out) {
   return guard([&] {
     const auto &xx = T(x);
     TORCH_CHECK(xx.dim() == 3, "attn_block: x must be (B, T, C)");
+    if (layout) {
+      TORCH_CHECK(!mask && !kcache && split == 0 && !causal, "attn_block: a layout takes no mask, cache, split or causal");
+      TORCH_CHECK(n_head > 0 && n_kv_head > 0, "attn_block: head counts must be positive");
+      auto B = xx.size(0), L = xx.size(1);
+      auto h = rms_norm(xx, T(norm_w), eps);
+      auto q = at::linear(h, T(wq), opt(bq)); // (B, T, H*D)
+      auto D = q.size(-1) / n_head;
+      q = q.view({B, L, n_head, D}); // (B, T, H, D): the layout FlashAttention reads
+      auto k = at::linear(h, T(wk), opt(bk)).view({B, L, n_kv_head, D});
+      auto v = at::linear(h, T(wv), opt(bv)).view({B, L, n_kv_head, D});
+      auto c = T(cos).unsqueeze(-2), s = T(sin).unsqueeze(-2); // (.., T, 1, D)
+      q = q * c + rotate_half(q) * s;
+      k = k * c + rotate_half(k) * s;
+      auto sc = attn_scale > 0 ? attn_scale : 1.0 / std::sqrt(static_cast<double>(D));
+      auto y = dllm::block_layout_attention(q, k, v, *static_cast<dllm::BlockLayout *>(layout), sc);
+      *out = W(xx + at::linear(y.reshape({B, L, n_head * D}), T(wo)));
+      return;
+    }
     TORCH_CHECK(split == 0 || (mask && !kcache && split > 0 && split < xx.size(1)),
                 "attn_block: split ", split, " needs a mask, no cache and 0 < split < T");
     TORCH_CHECK(n_head > 0 && n_kv_head > 0, "attn_block: head counts must be positive");
@@ -599,11 +681,19 @@ dt_err dt_attn_block(dt_tensor x, dt_tensor norm_w, dt_tensor wq, dt_tensor wk, 
   });
 }
 
+dt_err dt_layout_new(dt_tensor docs, int64_t block, int device_type, int device_index, dt_layout *out) {
+  return guard([&] {
+    *out = new dllm::BlockLayout(dllm::make_block_layout(T(docs), block, device_of(device_type, device_index)));
+  });
+}
+
+void dt_layout_free(dt_layout l) { delete static_cast<dllm::BlockLayout *>(l); }
+
 dt_err dt_mlp_block(dt_tensor x, dt_tensor norm_w, dt_tensor w_gate, dt_tensor w_up, dt_tensor w_down,
                     double eps, dt_tensor *out) {
   return guard([&] {
     auto h = rms_norm(T(x), T(norm_w), eps);
-    auto g = at::silu(at::linear(h, T(w_gate))) * at::linear(h, T(w_up));
+    auto g = swiglu(at::linear(h, T(w_gate)), at::linear(h, T(w_up)));
     *out = W(T(x) + at::linear(g, T(w_down)));
   });
 }

@@ -22,11 +22,12 @@
 extern "C" {
 #endif
 
-#define DT_ABI_VERSION 5
+#define DT_ABI_VERSION 6
 
 typedef void *dt_tensor;
 typedef char *dt_err;
 typedef void *dt_decoder;
+typedef void *dt_layout;
 
 /* Scalar types, numbered as c10::ScalarType so conversion is a cast. */
 enum {
@@ -174,14 +175,25 @@ dt_err dt_multinomial(dt_tensor probs, int64_t n, int replacement,
  * on see no key before split (training's noisy+clean layout: the clean half
  * never sees the noise); attention then runs as two calls, the rows before
  * split over all keys and the rest over the keys from split on, which skips
- * the quarter of the scores the mask would only zero. Same result. */
+ * the quarter of the scores the mask would only zero. Same result.
+ * layout, when not NULL (from dt_layout_new; no mask, cache or split then),
+ * is the noisy+clean layout of x (B, 2L, C): attention follows its mask
+ * without building it, through FlashAttention on CUDA (block_attn.h). */
 dt_err dt_attn_block(dt_tensor x, dt_tensor norm_w, dt_tensor wq, dt_tensor wk,
                      dt_tensor wv, dt_tensor wo, dt_tensor bq, dt_tensor bk,
                      dt_tensor bv, dt_tensor cos, dt_tensor sin,
                      dt_tensor mask, int causal, int n_head, int n_kv_head,
                      double eps, double attn_scale, dt_tensor kcache,
                      dt_tensor vcache, int64_t pos, int impl, int64_t split,
-                     dt_tensor *out);
+                     dt_layout layout, dt_tensor *out);
+/* dt_layout_new plans the noisy+clean block layout of a micro-batch for
+ * dt_attn_block: docs (B, L) int64 on the CPU, the document id of each
+ * position (documents contiguous), blocks of `block` aligned at 0; its
+ * tensors go to the device. It must outlive the backward passes of the
+ * blocks that use it. */
+dt_err dt_layout_new(dt_tensor docs, int64_t block, int device_type,
+                     int device_index, dt_layout *out);
+void dt_layout_free(dt_layout l);
 /* out = x + W_down(silu(h W_gate) * (h W_up)), h = rms_norm(x). */
 dt_err dt_mlp_block(dt_tensor x, dt_tensor norm_w, dt_tensor w_gate,
                     dt_tensor w_up, dt_tensor w_down, double eps,
