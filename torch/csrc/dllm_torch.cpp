@@ -140,13 +140,11 @@ struct SwiGLUFn : public torch::autograd::Function<SwiGLUFn> {
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext *ctx,
                                                  torch::autograd::variable_list grads) {
+    // The formulas autograd uses through the ops (so the same gradients),
+    // with silu(g) computed again.
     auto sv = ctx->get_saved_variables();
-    auto st = at::promote_types(sv[0].scalar_type(), at::kFloat);
-    auto g = sv[0].to(st), u = sv[1].to(st), d = grads[0].to(st);
-    auto sig = at::sigmoid(g);
-    // silu(g)' = sigmoid(g) * (1 + g * (1 - sigmoid(g))).
-    auto dg = d * u * sig * (1 + g * (1 - sig));
-    return {dg.to(sv[0].scalar_type()), (d * g * sig).to(sv[1].scalar_type())};
+    auto &g = sv[0], &u = sv[1], &d = grads[0];
+    return {at::silu_backward(d * u, g), d * at::silu(g)};
   }
 };
 
