@@ -74,8 +74,9 @@ func llamaLayer(seed uint64, C, H, Hkv, D, F int) (*AttnWeights, *MLPWeights) {
 func TestFusedBlocksGradients(t *testing.T) {
 	const C, H, Hkv, D, F, T = 16, 4, 2, 4, 24, 5
 	aw, mw := llamaLayer(30, C, H, Hkv, D, F)
-	aw.Q.SetRequiresGrad(true)
-	mw.Up.SetRequiresGrad(true)
+	for _, w := range []*Tensor{aw.Q, aw.Norm, mw.Norm, mw.Gate, mw.Up, mw.Down} {
+		w.SetRequiresGrad(true)
+	}
 	x := FromSlice(randSlice(40, T*C), 1, T, C).SetRequiresGrad(true)
 	cos, sin := RopeTables(FromSlice([]float64{1, 0.1}), Arange(0, T, Int64, CPU), 1, Float64)
 	r := FromSlice(randSlice(41, T*C), 1, T, C)
@@ -86,6 +87,10 @@ func TestFusedBlocksGradients(t *testing.T) {
 	fdCheck(t, "block x", x, loss)
 	fdCheck(t, "block wq", aw.Q, loss)
 	fdCheck(t, "block w_up", mw.Up, loss)
+	fdCheck(t, "block w_gate", mw.Gate, loss)
+	fdCheck(t, "block w_down", mw.Down, loss)
+	fdCheck(t, "block attention norm", aw.Norm, loss)
+	fdCheck(t, "block mlp norm", mw.Norm, loss)
 }
 
 func TestAttnBlockMatchesPrimitives(t *testing.T) {
