@@ -38,7 +38,7 @@
 #                        their steps, warm-ups, data budgets and the prompts to distill
 #                        (keep it the same when resuming)
 #   --train-tps N        measured stage-1 training tokens/s (scripts/gpu-train.sh); the
-#                        default is the H200 measurement in docs/benchmarks.md: 3,200
+#                        default is the H200 measurement in docs/benchmarks.md: 4,700
 #   --teacher URL        an OpenAI-compatible server of the ORIGINAL checkpoint for
 #                        distillation (vLLM or SGLang serving HF_DIR)
 #   --teacher-tps N      its generated tokens/s, all requests together (default: 20,000
@@ -155,7 +155,7 @@ elif [ "$SHAPE" = 1 ]; then
 	STEPS1=10 TOKS1=4096 SEQ1=4096 HOLD1=2 WARM1=2 CKPT1=10
 	STEPS2=5 TOKS2=8192 SEQ2=8192 HOLD2=2 WARM2=1 CKPT2=5
 	SIZES1=(1 4 8 16 32) FRACS1=(0 0.025 0.05 0.075 0.1)
-	TRAIN_TPS=${TRAIN_TPS:-3200}
+	TRAIN_TPS=${TRAIN_TPS:-4700}
 	TEACHER_TPS=${TEACHER_TPS:-$LOCAL_TPS}
 	DISTILL_N=${DISTILL_N:-8}
 	DISTILL_MAX_TOKENS=32 DISTILL_CONCURRENCY=2 DISTILL_DROP=
@@ -178,7 +178,7 @@ else
 	STEPS1=16000 TOKS1=65536 SEQ1=4096 HOLD1=64 WARM1=300 CKPT1=500
 	STEPS2=3000 TOKS2=65536 SEQ2=8192 HOLD2=32 WARM2=100 CKPT2=250
 	SIZES1=(1 4 8 16 32) FRACS1=(0 0.025 0.05 0.075 0.1)
-	TRAIN_TPS=${TRAIN_TPS:-3200}
+	TRAIN_TPS=${TRAIN_TPS:-4700}
 	if [ -n "$TEACHER_URL" ]; then TEACHER_TPS=${TEACHER_TPS:-20000}; else TEACHER_TPS=${TEACHER_TPS:-$LOCAL_TPS}; fi
 	# Room for the prompt inside stage 2's 8192-token sequences.
 	DISTILL_MAX_TOKENS=7680 DISTILL_CONCURRENCY=64 DISTILL_DROP=--drop-truncated
