@@ -15,6 +15,8 @@ import ctypes
 import torch
 import torch.nn.functional as Fn
 
+from gpu_timing import copy_bandwidth, timed
+
 dev, dt = "cuda", torch.bfloat16
 C, F, H, Hkv, D = 2048, 6144, 16, 2, 128
 DT_BF16 = 15  # dllm_torch.h
@@ -27,34 +29,8 @@ except (OSError, AttributeError):
     gemv = None  # no shim here, or one built without nvcc
 
 
-def timed(fns, n=240):
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for f in fns:
-            f()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for f in fns:
-            f()
-    g.replay()
-    torch.cuda.synchronize()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    reps = n // len(fns)
-    a.record()
-    for _ in range(reps):
-        g.replay()
-    b.record()
-    torch.cuda.synchronize()
-    return a.elapsed_time(b) / (reps * len(fns)) * 1000  # us
-
-
-x = torch.empty(1 << 30, dtype=torch.uint8, device=dev)
-y = torch.empty_like(x)
-bw = 2 * x.numel() / (timed([lambda: y.copy_(x)], 20) * 1e-6) / 1e9
+bw = copy_bandwidth(dev)
 print(f"copy bandwidth {bw:.0f} GB/s")
-del x, y
 shapes = {"qkv": ((H + 2 * Hkv) * D, C), "o": (C, H * D), "gate_up": (2 * F, C), "down": (C, F)}
 tot = {}
 for M in (1, 32, 64):

@@ -9,61 +9,38 @@ where a decode step's time goes.
 """
 import torch
 
+from gpu_timing import copy_bandwidth, timed
+
 torch.manual_seed(0)
 dev, dt = "cuda", torch.bfloat16
 C, F, H, Hkv, D, V, L = 2048, 6144, 16, 2, 128, 130560, 42
 
 
-def timed(fn, n=200):
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(10):
-            fn()
-    g.replay()
-    torch.cuda.synchronize()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    for _ in range(n // 10):
-        g.replay()
-    b.record()
-    torch.cuda.synchronize()
-    return a.elapsed_time(b) / n * 1000  # us
-
-
-x = torch.empty(1 << 30, dtype=torch.uint8, device=dev)
-y = torch.empty_like(x)
-bw = 2 * x.numel() / (timed(lambda: y.copy_(x), 20) * 1e-6) / 1e9
+bw = copy_bandwidth(dev)
 print(f"copy bandwidth {bw:.0f} GB/s")
-del x, y
 rows = []
 for M in (1, 32):
     per_layer = 0.0
     for name, (n, k) in {"qkv": ((H + 2 * Hkv) * D, C), "o": (C, H * D), "gate_up": (2 * F, C), "down": (C, F)}.items():
         w = torch.randn(n, k, dtype=dt, device=dev)
         a = torch.randn(M, k, dtype=dt, device=dev)
-        us = timed(lambda: torch.nn.functional.linear(a, w))
+        us = timed([lambda: torch.nn.functional.linear(a, w)] * 10, 200)
         floor = w.numel() * 2 / (bw * 1e9) * 1e6
         per_layer += us
         rows.append((f"linear {name} M={M}", us, floor))
     rows.append((f"  4 matmuls x {L} layers, M={M}", per_layer * L, None))
     w = torch.randn(V, C, dtype=dt, device=dev)
     a = torch.randn(M, C, dtype=dt, device=dev)
-    rows.append((f"head M={M}", timed(lambda: torch.nn.functional.linear(a, w)), w.numel() * 2 / (bw * 1e9) * 1e6))
+    rows.append((f"head M={M}", timed([lambda: torch.nn.functional.linear(a, w)] * 10, 200), w.numel() * 2 / (bw * 1e9) * 1e6))
     xr = torch.randn(M, C, dtype=dt, device=dev)
-    rows.append((f"add (residual) M={M}", timed(lambda: xr + xr), None))
+    rows.append((f"add (residual) M={M}", timed([lambda: xr + xr] * 10, 200), None))
 for S in (1024, 8192, 32768):
     for T in (1, 32):
         q = torch.randn(1, T, H, D, dtype=dt, device=dev)
         k = torch.randn(1, S, Hkv, D, dtype=dt, device=dev)
         v = torch.randn(1, S, Hkv, D, dtype=dt, device=dev)
         f = lambda: torch.ops.aten._flash_attention_forward(q, k, v, None, None, T, S, 0.0, T > 1, False)
-        rows.append((f"flash T={T} S={S}", timed(f), 2 * k.numel() * 2 / (bw * 1e9) * 1e6))
+        rows.append((f"flash T={T} S={S}", timed([f] * 10, 200), 2 * k.numel() * 2 / (bw * 1e9) * 1e6))
 print(f"{'piece':<32} {'us':>9} {'floor us':>9}")
 for name, us, floor in rows:
     print(f"{name:<32} {us:>9.1f} {'' if floor is None else f'{floor:9.1f}':>9}")

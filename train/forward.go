@@ -101,7 +101,8 @@ func toDevice(t *torch.Tensor, dev torch.Device) *torch.Tensor {
 
 // upload builds a micro-batch's ids (B, T), positions (T) and attention
 // mask (B, 1, T, T): the structural mask (base, or the batch's own) AND
-// "same document".
+// "same document"; with flash, the block objective's layout plan
+// (torch.Layout) instead of the mask.
 func upload(mb *microBatch, base *torch.Tensor, dev torch.Device, flash bool) inputs {
 	B, T := int64(mb.B), int64(mb.T)
 	in := inputs{

@@ -46,7 +46,7 @@ struct Part {
 
 // Reference maths for one varlen call, per segment: q (Nq, H, D), k and v
 // (Nk, Hkv, D); causal is bottom-right aligned (row u of a segment sees key
-// w <= u + nk - nq). Used where FlashAttention is not (the CPU tests).
+// w <= u + nk - nq). Used where FlashAttention is not (the CPU, float32).
 Part ref_fwd(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, const std::vector<int64_t> &sq,
              const std::vector<int64_t> &sk, bool causal, double scale) {
   auto H = q.size(1), G = H / k.size(1);
@@ -105,6 +105,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> ref_bwd(const at::Tensor &dout, c
 }
 
 #ifdef DLLM_CUDA
+// flash_ok says whether FlashAttention takes q: CUDA, half types, head
+// sizes it was built for; other inputs take the reference maths.
+bool flash_ok(const at::Tensor &q) {
+  auto st = q.scalar_type();
+  return q.is_cuda() && (st == at::kBFloat16 || st == at::kHalf) && q.size(-1) % 8 == 0 && q.size(-1) <= 256;
+}
+
 // The kernel returns lse as (H, Nq) for packed rows or (nseq, H, M) padded
 // per segment, depending on the version; these convert to and from (Nq, H).
 at::Tensor padded_rows(const std::vector<int64_t> &sq, int64_t M, at::Device dev) {
@@ -138,7 +145,7 @@ Part flash_fwd(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, co
                const at::Tensor &cu_k, const std::vector<int64_t> &sq, const std::vector<int64_t> &sk, int64_t max_q,
                int64_t max_k, bool causal, double scale) {
 #ifdef DLLM_CUDA
-  if (q.is_cuda()) {
+  if (flash_ok(q)) {
     auto r = at::_flash_attention_forward(q, k, v, cu_q, cu_k, max_q, max_k, 0.0, causal, false, scale);
     auto raw = std::get<1>(r);
     return {std::get<0>(r), lse_packed(raw, sq), raw, std::get<2>(r), std::get<3>(r)};
@@ -157,7 +164,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> flash_bwd(const at::Tensor &dout,
                                                          const std::vector<int64_t> &sk, int64_t max_q, int64_t max_k,
                                                          bool causal, double scale) {
 #ifdef DLLM_CUDA
-  if (q.is_cuda())
+  if (flash_ok(q))
     return at::_flash_attention_backward(dout, q, k, v, out, lse_raw(lse, raw, sq), cu_q, cu_k, max_q, max_k, 0.0,
                                          causal, rng, unused, scale);
 #endif

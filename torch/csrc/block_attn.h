@@ -44,8 +44,8 @@ BlockLayout make_block_layout(const at::Tensor &docs, int64_t block, at::Device 
 // in q, k and v. On CUDA the two large parts are FlashAttention calls (the
 // clean rows causal per document; the noisy rows over the clean keys at
 // least a block back, causal with the keys shifted by a block) and the rest
-// a small dense part per block, merged by log-sum-exp; elsewhere the same
-// decomposition runs on reference maths (tests).
+// a small dense part per block, merged by log-sum-exp; elsewhere (the CPU,
+// float32) the same decomposition runs on reference maths.
 at::Tensor block_layout_attention(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
                                   const BlockLayout &lay, double scale);
 
