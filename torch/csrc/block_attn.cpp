@@ -240,13 +240,18 @@ BlockLayout load_layout(AutogradContext *ctx) {
   return l;
 }
 
+// half is rows [from, from+L) of t (B, 2L, h, D), packed as (B*L, h, D).
+at::Tensor half(const at::Tensor &t, int64_t L, int64_t from) {
+  return t.narrow(1, from, L).reshape({t.size(0) * L, t.size(2), t.size(3)});
+}
+
 struct BlockAttn : public torch::autograd::Function<BlockAttn> {
   static at::Tensor forward(AutogradContext *ctx, const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
                             const BlockLayout *layp, double scale) {
     const auto &lay = *layp;
     auto B = q.size(0), L = lay.L, H = q.size(2), D = q.size(3);
-    auto half = [&](const at::Tensor &t, int64_t from) { return t.narrow(1, from, L).reshape({B * L, t.size(2), D}); };
-    auto qn = half(q, 0), qc = half(q, L), kn = half(k, 0), kc = half(k, L), vn = half(v, 0), vc = half(v, L);
+    auto qn = half(q, L, 0), kn = half(k, L, 0), vn = half(v, L, 0); // noisy rows
+    auto qc = half(q, L, L), kc = half(k, L, L), vc = half(v, L, L); // clean rows
     // 1. Clean rows: causal inside each document.
     auto c = flash_fwd(qc, kc, vc, lay.cu, lay.cu, lay.seg, lay.seg, lay.max_seg, lay.max_seg, true, scale);
     // 2. Noisy rows over the clean keys at least a block back.
@@ -280,15 +285,15 @@ struct BlockAttn : public torch::autograd::Function<BlockAttn> {
     auto lay = load_layout(ctx);
     auto scale = ctx->saved_data["scale"].toDouble();
     auto B = q.size(0), L = lay.L, H = q.size(2), Hkv = k.size(2), D = q.size(3);
-    auto half = [&](const at::Tensor &t, int64_t from) { return t.narrow(1, from, L).reshape({B * L, t.size(2), D}); };
     auto dy = grads[0].contiguous();
-    auto qn = half(q, 0), qc = half(q, L), kn = half(k, 0), kc = half(k, L), vn = half(v, 0), vc = half(v, L);
-    auto dyn = half(dy, 0), dyc = half(dy, L), yn = half(sv[3], 0), yc = half(sv[3], L);
+    auto qn = half(q, L, 0), kn = half(k, L, 0), vn = half(v, L, 0); // noisy rows
+    auto qc = half(q, L, L), kc = half(k, L, L), vc = half(v, L, L); // clean rows
+    auto dyn = half(dy, L, 0), dyc = half(dy, L, L), yn = half(sv[3], L, 0), yc = half(sv[3], L, L);
     // 1. Clean rows.
     auto [dqc, dkc, dvc] = flash_bwd(dyc, qc, kc, vc, yc, sv[5], sv[6], sv[7], sv[8], lay.cu, lay.cu, lay.seg,
                                      lay.seg, lay.max_seg, lay.max_seg, true, scale);
     auto at_ = acc(q);
-    auto dkc32 = dkc.to(at_), dvc32 = dvc.to(at_);
+    auto dkc_acc = dkc.to(at_), dvc_acc = dvc.to(at_);
     auto dqn = at::zeros({B * L, H, D}, q.options().dtype(at_));
     // 2. Noisy rows over the clean keys a block back, with the merged lse.
     if (lay.total_k > 0) {
@@ -296,8 +301,8 @@ struct BlockAttn : public torch::autograd::Function<BlockAttn> {
                                        sv[9], sv[10], sv[11], lay.cu, lay.cu_k, lay.seg, lay.seg_k, lay.max_seg,
                                        lay.max_k, true, scale);
       dqn += dq2.to(at_);
-      dkc32.index_add_(0, lay.idx_k, dk2.to(at_));
-      dvc32.index_add_(0, lay.idx_k, dv2.to(at_));
+      dkc_acc.index_add_(0, lay.idx_k, dk2.to(at_));
+      dvc_acc.index_add_(0, lay.idx_k, dv2.to(at_));
     }
     // 3. The dense part: P = exp(s - merged lse), dS = P * (dO V^T - rowsum(dO * O)).
     auto lo = local_operands(qn, kn, vn, kc, vc, lay, scale);
@@ -308,18 +313,18 @@ struct BlockAttn : public torch::autograd::Function<BlockAttn> {
     auto ds = p * (at::bmm(dO, lo.vd.transpose(1, 2)) - (dO * O).sum(-1, true));
     auto dq3 = (at::bmm(ds, lo.kd) * scale).view({sz[0], sz[1], sz[2], sz[3], sz[4], D});
     dqn += to_rows(dq3, lay);
-    auto back = [&](const at::Tensor &g, at::Tensor &clean32) { // g (N, 2bs, D) -> noisy rows, clean added
+    auto back = [&](const at::Tensor &g, at::Tensor &clean_acc) { // g (N, 2bs, D) -> noisy rows, clean added
       auto x = g.view({B, nb, Hkv, 2 * bs, D}).permute({0, 1, 3, 2, 4});                    // (B, nb, 2bs, Hkv, D)
       auto prev = x.narrow(2, 0, bs).reshape({B, Lp, Hkv, D}).narrow(1, bs, Lp - bs);       // clean rows [0, Lp-bs)
-      clean32.view({B, L, Hkv, D}).narrow(1, 0, Lp - bs).add_(prev);
+      clean_acc.view({B, L, Hkv, D}).narrow(1, 0, Lp - bs).add_(prev);
       return x.narrow(2, bs, bs).reshape({B, Lp, Hkv, D}).narrow(1, 0, L);                  // noisy rows
     };
-    auto dkn = back(at::bmm(ds.transpose(1, 2), lo.qd) * scale, dkc32);
-    auto dvn = back(at::bmm(p.transpose(1, 2), dO), dvc32);
+    auto dkn = back(at::bmm(ds.transpose(1, 2), lo.qd) * scale, dkc_acc);
+    auto dvn = back(at::bmm(p.transpose(1, 2), dO), dvc_acc);
     auto st = q.scalar_type();
     auto dq = at::cat({dqn.to(st).view({B, L, H, D}), dqc.view({B, L, H, D})}, 1);
-    auto dk = at::cat({dkn.to(st), dkc32.to(st).view({B, L, Hkv, D})}, 1);
-    auto dv = at::cat({dvn.to(st), dvc32.to(st).view({B, L, Hkv, D})}, 1);
+    auto dk = at::cat({dkn.to(st), dkc_acc.to(st).view({B, L, Hkv, D})}, 1);
+    auto dv = at::cat({dvn.to(st), dvc_acc.to(st).view({B, L, Hkv, D})}, 1);
     return {dq, dk, dv, at::Tensor(), at::Tensor()};
   }
 };
