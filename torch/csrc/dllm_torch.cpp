@@ -823,6 +823,8 @@ struct Decoder {
   bool flash = false;  // attention through FlashAttention 2
   bool kernels = false; // RMSNorm, RoPE and SiLU-mul through kernels.cu
   bool gemv = false;    // kernels.cu's GEMV for one-token forwards
+  bool gemm = false;    // kernels.cu's tensor-core GEMM for 2..64 rows
+  at::Tensor gemm_ws, gemm_cnt; // its split-K scratch: float32 partials, int32 counters
   int graphs = 0;      // capture graphs for query lengths up to this
   std::map<int64_t, int> seen; // forwards per query length, before capture
 #ifdef DLLM_CUDA
@@ -857,6 +859,7 @@ struct Decoder {
   // H200: 35 against 39 us of matmuls a layer; slower from 2 rows on).
   at::Tensor lin(const at::Tensor &x, const at::Tensor &w, const at::Tensor &resid = at::Tensor()) {
 #ifdef DLLM_KERNELS
+    if (gemm_ok(x, w, resid)) return gemm_(DTK_GEMM_PLAIN, x, w, resid);
     auto aligned = [](const at::Tensor &t) { return (reinterpret_cast<uintptr_t>(t.data_ptr()) & 15) == 0; };
     if (gemv && x.size(0) == 1 && x.size(1) % 8 == 0 && x.size(1) <= DTK_GEMV_MAX_K && x.is_contiguous() &&
         w.is_contiguous() && aligned(x) && aligned(w) && (!resid.defined() || resid.is_contiguous())) {
@@ -870,6 +873,31 @@ struct Decoder {
 #endif
     return resid.defined() ? at::addmm(resid, x, w.t()) : at::linear(x, w);
   }
+
+#ifdef DLLM_KERNELS
+  // gemm_ok says whether kernels.cu's skinny GEMM takes x (T, K) w (N, K)^T:
+  // 2 to 64 rows (one row goes to the GEMV), shapes in its 64 x 128 tiles.
+  bool gemm_ok(const at::Tensor &x, const at::Tensor &w, const at::Tensor &resid = at::Tensor()) const {
+    auto aligned = [](const at::Tensor &t) { return (reinterpret_cast<uintptr_t>(t.data_ptr()) & 15) == 0; };
+    return gemm && x.size(0) >= 2 && x.size(0) <= DTK_GEMM_MAX_M && x.size(1) % 128 == 0 && w.size(0) % 64 == 0 &&
+           x.is_contiguous() && w.is_contiguous() && aligned(x) && aligned(w) &&
+           (!resid.defined() || resid.is_contiguous()) &&
+           dtk_gemm_ws_floats(DTK_GEMM_MAX_M, w.size(0), w.size(1)) <= gemm_ws.numel() &&
+           w.size(0) / 64 <= gemm_cnt.numel();
+  }
+
+  // gemm_ is dtk_gemm: x w^T (+ resid) for DTK_GEMM_PLAIN, silu(gate) * up
+  // of the stacked gate-up weight for DTK_GEMM_SILU.
+  at::Tensor gemm_(int mode, const at::Tensor &x, const at::Tensor &w, const at::Tensor &resid = at::Tensor()) {
+    auto N = w.size(0);
+    auto out = at::empty({x.size(0), mode == DTK_GEMM_SILU ? N / 2 : N}, x.options());
+    check_launch(dtk_gemm(static_cast<int>(x.scalar_type()), mode, x.data_ptr(), w.data_ptr(),
+                          resid.defined() ? resid.data_ptr() : nullptr, out.data_ptr(), x.size(0), N, x.size(1), 0,
+                          gemm_ws.data_ptr<float>(), gemm_cnt.data_ptr<int>(), stream()),
+                 "gemm");
+    return out;
+  }
+#endif
 
   // pre is layer l's attention input: RMSNorm, fused QKV, RoPE; it writes the
   // keys and values of positions (T) into the cache and returns q (1, T, H, D).
@@ -962,6 +990,9 @@ struct Decoder {
   at::Tensor post(DecLayer &ly, const at::Tensor &x, const at::Tensor &ao) {
     auto y = lin(ao, ly.wo, x);
     auto h = norm_(y, ly.n2);
+#ifdef DLLM_KERNELS
+    if (gemm_ok(h, ly.wgu)) return lin(gemm_(DTK_GEMM_SILU, h, ly.wgu), ly.wdown, y);
+#endif
     auto gu = lin(h, ly.wgu); // (T, 2F)
     auto F = gu.size(1) / 2;
     at::Tensor a;
@@ -1110,6 +1141,20 @@ dt_err dt_decoder_new(dt_tensor embed, dt_tensor norm, dt_tensor head, const dt_
     // DLLM_GEMV=0 keeps cuBLAS for every matmul (to measure the difference).
     const char *g = std::getenv("DLLM_GEMV");
     d->gemv = d->kernels && !(g && std::string(g) == "0");
+    // DLLM_GEMM=0 keeps cuBLAS for 2 to 64 rows.
+    const char *gm = std::getenv("DLLM_GEMM");
+    d->gemm = d->kernels && !(gm && std::string(gm) == "0");
+    if (d->gemm) {
+      int64_t wsn = 0, cnt = 0;
+      for (auto &ly : d->layers) {
+        for (auto *w : {&ly.wqkv, &ly.wo, &ly.wgu, &ly.wdown}) {
+          wsn = std::max(wsn, dtk_gemm_ws_floats(DTK_GEMM_MAX_M, w->size(0), w->size(1)));
+          cnt = std::max(cnt, w->size(0) / 64);
+        }
+      }
+      d->gemm_ws = at::empty({std::max<int64_t>(wsn, 1)}, d->embed.options().dtype(at::kFloat));
+      d->gemm_cnt = at::zeros({std::max<int64_t>(cnt, 1)}, d->embed.options().dtype(at::kInt));
+    }
 #endif
 #ifdef DLLM_CUDA
     d->graphs = cuda ? graphs : 0;
