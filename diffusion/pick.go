@@ -49,17 +49,15 @@ func (pk *picker) pick(logits *torch.Tensor) (tok []int64, conf []float64) {
 	keep := func(t *torch.Tensor) *torch.Tensor { tmp = append(tmp, t); return t }
 	defer func() { torch.Free(tmp...) }()
 	n := logits.Size(0)
-	l := keep(logits.To(torch.Float32, pk.dev)) // (n, V)
-	if pk.mask >= 0 {
-		// The mask token is what the model reads, never what it writes.
-		keep(l.Narrow(1, pk.mask, 1)).Fill(math.Inf(-1))
-	}
-	var ids, p *torch.Tensor // (n) int64, (n) float32
+	// The mask token is what the model reads, never what it writes.
+	var both *torch.Tensor // (2n) float64: probabilities, then ids
 	if pk.temperature == 0 {
-		ids = keep(l.Argmax(1, false))
-		top := keep(l.Max(1, false))
-		p = keep(keep(top.Sub(keep(l.LogSumExp(1, false)))).Exp())
+		both = keep(torch.PickGreedy(keep(logits.To(logits.DType(), pk.dev)), pk.mask))
 	} else {
+		l := keep(logits.To(torch.Float32, pk.dev)) // (n, V)
+		if pk.mask >= 0 {
+			keep(l.Narrow(1, pk.mask, 1)).Fill(math.Inf(-1))
+		}
 		logp := keep(keep(l.DivScalar(pk.temperature)).LogSoftmax(1))
 		if pk.before != nil {
 			logp = keep(pk.nucleus(logp))
@@ -68,11 +66,11 @@ func (pk *picker) pick(logits *torch.Tensor) (tok []int64, conf []float64) {
 		// from p, in a fixed number of kernels and without a sort.
 		u := keep(torch.Rand(logp.Shape(), torch.Float32, pk.dev))
 		g := keep(keep(keep(keep(u.Log()).Neg()).Log()).Neg())
-		ids = keep(keep(logp.Add(g)).Argmax(1, false))
+		ids := keep(keep(logp.Add(g)).Argmax(1, false)) // (n) int64
 		col := keep(ids.Reshape(n, 1))
-		p = keep(keep(keep(logp.Gather(1, col)).Exp()).Reshape(n))
+		p := keep(keep(keep(logp.Gather(1, col)).Exp()).Reshape(n)) // (n) float32
+		both = keep(torch.Cat(0, keep(p.To(torch.Float64, pk.dev)), keep(ids.To(torch.Float64, pk.dev))))
 	}
-	both := keep(torch.Cat(0, keep(p.To(torch.Float64, pk.dev)), keep(ids.To(torch.Float64, pk.dev)))) // (2n)
 	host := torch.ToSlice[float64](both)
 	tok = make([]int64, n)
 	for i := range tok {

@@ -1,24 +1,26 @@
 #!/usr/bin/env bash
 # On the GPU machine, one call for a decode-speed change: build the CUDA
-# shim, check the decoder's own matmul kernel against float32 and time it
-# against cuBLAS (scripts/gpu_skinny_probe.py), check the decoder's logits
-# against the plain path (TestDecoderCUDAMatchesPlainPath), then time the
-# decode loop with the kernel off (DLLM_GEMM=0) and on. A table last.
+# shim, run the GPU tests of the torch and model packages (the decoder's
+# logits against the plain path, the shim's kernels against libtorch), then
+# time the decode loop (bench decode), optionally A/B against an
+# environment setting that turns a piece off. A table last.
 #
-# Usage: scripts/gpu-speed.sh   (expects bin/dllm and build/gpu/model.test
-# built on the CPU machine: go test -c -o build/gpu/model.test ./model)
+# Usage: scripts/gpu-speed.sh   (expects bin/dllm, build/gpu/model.test and
+# build/gpu/torch.test built on the CPU machine: go test -c -o ... ./model)
 # Environment:
 #   CTX="1k 8k 32k"   contexts for bench decode
 #   COMMIT=3          tokens committed per denoising forward
 #   TOKENS=256        timed tokens per point
-#   PROBE_ROWS="1 4 16 32 64"   rows for the kernel timings ("" skips)
+#   TESTS='CUDA|PickGreedy'   -test.run pattern for the test binaries ("" skips)
+#   AB=DLLM_GEMV=0    also time with this setting (empty: only as is)
 #   KEEP_SHIM=1       reuse bin/libdllmtorch.so
 set -uo pipefail
 cd "$(dirname "$0")/.."
 CTX=${CTX:-"1k 8k 32k"}
 COMMIT=${COMMIT:-3}
 TOKENS=${TOKENS:-256}
-PROBE_ROWS=${PROBE_ROWS-"1 4 16 32 64"}
+TESTS=${TESTS-'CUDA|PickGreedy'}
+AB=${AB:-}
 PY=${PY:-python3}
 RESULTS=${OUT:-/tmp}/speed.jsonl
 : > "$RESULTS"
@@ -31,25 +33,25 @@ else
 	make --no-print-directory shim TORCH="$TORCH" >/dev/null || exit 1
 	[ -n "${OUT:-}" ] && cp bin/libdllmtorch.so "$OUT/"
 fi
-if [ -n "$PROBE_ROWS" ]; then
-	PYTHONPATH=scripts $PY scripts/gpu_skinny_probe.py $PROBE_ROWS 2>&1 | sed 's/^/probe: /'
+if [ -n "$TESTS" ]; then
+	for pkg in torch model; do
+		[ -x build/gpu/$pkg.test ] || continue
+		(cd $pkg && DLLM_TORCH_LIB=$PWD/../bin/libdllmtorch.so ../build/gpu/$pkg.test \
+			-test.run "$TESTS" -test.v 2>&1 | grep -v -E "^=== (RUN|PAUSE|CONT)" | tail -40)
+	done
 fi
-if [ -x build/gpu/model.test ]; then
-	(cd model && DLLM_TORCH_LIB=$PWD/../bin/libdllmtorch.so ../build/gpu/model.test \
-		-test.run 'TestDecoderCUDAMatchesPlainPath' -test.v 2>&1 | tail -40)
-fi
-for gemm in 0 1; do
+for ab in "" $AB; do
 	for c in $CTX; do
-		DLLM_GEMM=$gemm timeout 300 bin/dllm bench decode --config testdata/minicpm5-2b-shape/config.json \
+		env $ab timeout 300 bin/dllm bench decode --config testdata/minicpm5-2b-shape/config.json \
 			--device cuda --dtype bf16 --ctx "$c" --block 32 --commit "$COMMIT" --ar \
-			--tokens "$TOKENS" --json | sed "s/^{/{\"gemm\":$gemm,/" | tee -a "$RESULTS"
+			--tokens "$TOKENS" --json | sed "s/^{/{\"env\":\"${ab:-as is}\",/" | tee -a "$RESULTS"
 	done
 done
 $PY - "$RESULTS" <<'PYEOF'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip().startswith("{")]
-print(f"{'gemm':>4} {'ctx':>6} {'mode':>8} {'step_ms':>8} {'p90':>6} {'host':>6} {'TPF':>5} {'tok/s':>7}")
+print(f"{'env':>14} {'ctx':>6} {'mode':>8} {'step_ms':>8} {'p90':>6} {'host':>6} {'TPF':>5} {'tok/s':>7}")
 for r in rows:
-    print(f"{r['gemm']:>4} {r['context']:>6} {r['mode']:>8} {r['step_median_ms']:8.2f} {r['step_p90_ms']:6.2f} "
+    print(f"{r['env']:>14} {r['context']:>6} {r['mode']:>8} {r['step_median_ms']:8.2f} {r['step_p90_ms']:6.2f} "
           f"{r['host_ms']:6.2f} {r['tpf']:5.2f} {r['tokens_per_s']:7.0f}")
 PYEOF

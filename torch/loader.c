@@ -155,6 +155,8 @@ static int64_t (*p_decoder_graphs)(dt_decoder d);
 int64_t dtl_decoder_graphs(dt_decoder d) { return p_decoder_graphs(d); }
 static void (*p_decoder_free)(dt_decoder d);
 void dtl_decoder_free(dt_decoder d) { p_decoder_free(d); }
+static dt_err (*p_pick_greedy)(dt_tensor logits, int64_t mask, dt_tensor *out);
+dt_err dtl_pick_greedy(dt_tensor logits, int64_t mask, dt_tensor *out) { return p_pick_greedy(logits, mask, out); }
 static int (*p_dist_available)(const char *backend);
 int dtl_dist_available(const char *backend) { return p_dist_available(backend); }
 static dt_err (*p_dist_init)(const char *backend, const char *addr, int port, int host_store, const char *prefix, int rank, int world, int device_type, int device_index, int64_t timeout_ms, dt_dist *out);
@@ -263,6 +265,7 @@ const char *dtl_open(const char *path) {
   RESOLVE(decoder_forward)
   RESOLVE(decoder_graphs)
   RESOLVE(decoder_free)
+  RESOLVE(pick_greedy)
   RESOLVE(dist_available)
   RESOLVE(dist_init)
   RESOLVE(dist_allreduce)

@@ -81,6 +81,7 @@ dt_err dtl_decoder_new(dt_tensor embed, dt_tensor norm, dt_tensor head, const dt
 dt_err dtl_decoder_forward(dt_decoder d, dt_tensor ids, int64_t pos, int64_t causal, int64_t rows, dt_tensor *logits);
 int64_t dtl_decoder_graphs(dt_decoder d);
 void dtl_decoder_free(dt_decoder d);
+dt_err dtl_pick_greedy(dt_tensor logits, int64_t mask, dt_tensor *out);
 int dtl_dist_available(const char *backend);
 dt_err dtl_dist_init(const char *backend, const char *addr, int port, int host_store, const char *prefix, int rank, int world, int device_type, int device_index, int64_t timeout_ms, dt_dist *out);
 dt_err dtl_dist_allreduce(dt_dist g, const dt_tensor *ts, int n, int grads, int64_t bucket_bytes);

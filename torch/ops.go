@@ -165,6 +165,17 @@ func (t *Tensor) LogSumExp(dim int, keep bool) *Tensor {
 	return t.reduce(C.DT_LOGSUMEXP, "logsumexp", dim, keep)
 }
 
+// PickGreedy is the sampler's greedy choice for each row of logits (n, V):
+// the first index of the row's largest value (column mask left out when
+// mask >= 0) and its softmax probability in float32, returned as (2n)
+// float64 on the logits' device, [p_0 .. p_n-1, id_0 .. id_n-1]. On CUDA
+// it is one kernel instead of a float32 copy and four reductions.
+func PickGreedy(logits *Tensor, mask int64) *Tensor {
+	return call("pick_greedy", func(out *C.dt_tensor) C.dt_err {
+		return C.dtl_pick_greedy(logits.h(), C.int64_t(mask), out)
+	}, logits)
+}
+
 // SumAll is the sum of every element (0-d).
 func (t *Tensor) SumAll() *Tensor {
 	return call("sum", func(out *C.dt_tensor) C.dt_err { return C.dtl_reduce_all(C.DT_SUM, t.h(), out) }, t)

@@ -823,8 +823,6 @@ struct Decoder {
   bool flash = false;  // attention through FlashAttention 2
   bool kernels = false; // RMSNorm, RoPE and SiLU-mul through kernels.cu
   bool gemv = false;    // kernels.cu's GEMV for one-token forwards
-  bool gemm = false;    // kernels.cu's tensor-core GEMM for 2..64 rows
-  at::Tensor gemm_ws, gemm_cnt; // its split-K scratch: float32 partials, int32 counters
   int graphs = 0;      // capture graphs for query lengths up to this
   std::map<int64_t, int> seen; // forwards per query length, before capture
 #ifdef DLLM_CUDA
@@ -859,7 +857,6 @@ struct Decoder {
   // H200: 35 against 39 us of matmuls a layer; slower from 2 rows on).
   at::Tensor lin(const at::Tensor &x, const at::Tensor &w, const at::Tensor &resid = at::Tensor()) {
 #ifdef DLLM_KERNELS
-    if (gemm_ok(x, w, resid)) return gemm_(DTK_GEMM_PLAIN, x, w, resid);
     auto aligned = [](const at::Tensor &t) { return (reinterpret_cast<uintptr_t>(t.data_ptr()) & 15) == 0; };
     if (gemv && x.size(0) == 1 && x.size(1) % 8 == 0 && x.size(1) <= DTK_GEMV_MAX_K && x.is_contiguous() &&
         w.is_contiguous() && aligned(x) && aligned(w) && (!resid.defined() || resid.is_contiguous())) {
@@ -873,31 +870,6 @@ struct Decoder {
 #endif
     return resid.defined() ? at::addmm(resid, x, w.t()) : at::linear(x, w);
   }
-
-#ifdef DLLM_KERNELS
-  // gemm_ok says whether kernels.cu's skinny GEMM takes x (T, K) w (N, K)^T:
-  // 2 to 64 rows (one row goes to the GEMV), shapes in its 64 x 128 tiles.
-  bool gemm_ok(const at::Tensor &x, const at::Tensor &w, const at::Tensor &resid = at::Tensor()) const {
-    auto aligned = [](const at::Tensor &t) { return (reinterpret_cast<uintptr_t>(t.data_ptr()) & 15) == 0; };
-    return gemm && x.size(0) >= 2 && x.size(0) <= DTK_GEMM_MAX_M && x.size(1) % 128 == 0 && w.size(0) % 64 == 0 &&
-           x.is_contiguous() && w.is_contiguous() && aligned(x) && aligned(w) &&
-           (!resid.defined() || resid.is_contiguous()) &&
-           dtk_gemm_ws_floats(DTK_GEMM_MAX_M, w.size(0), w.size(1)) <= gemm_ws.numel() &&
-           w.size(0) / 64 <= gemm_cnt.numel();
-  }
-
-  // gemm_ is dtk_gemm: x w^T (+ resid) for DTK_GEMM_PLAIN, silu(gate) * up
-  // of the stacked gate-up weight for DTK_GEMM_SILU.
-  at::Tensor gemm_(int mode, const at::Tensor &x, const at::Tensor &w, const at::Tensor &resid = at::Tensor()) {
-    auto N = w.size(0);
-    auto out = at::empty({x.size(0), mode == DTK_GEMM_SILU ? N / 2 : N}, x.options());
-    check_launch(dtk_gemm(static_cast<int>(x.scalar_type()), mode, x.data_ptr(), w.data_ptr(),
-                          resid.defined() ? resid.data_ptr() : nullptr, out.data_ptr(), x.size(0), N, x.size(1), 0,
-                          gemm_ws.data_ptr<float>(), gemm_cnt.data_ptr<int>(), stream()),
-                 "gemm");
-    return out;
-  }
-#endif
 
   // pre is layer l's attention input: RMSNorm, fused QKV, RoPE; it writes the
   // keys and values of positions (T) into the cache and returns q (1, T, H, D).
@@ -990,9 +962,6 @@ struct Decoder {
   at::Tensor post(DecLayer &ly, const at::Tensor &x, const at::Tensor &ao) {
     auto y = lin(ao, ly.wo, x);
     auto h = norm_(y, ly.n2);
-#ifdef DLLM_KERNELS
-    if (gemm_ok(h, ly.wgu)) return lin(gemm_(DTK_GEMM_SILU, h, ly.wgu), ly.wdown, y);
-#endif
     auto gu = lin(h, ly.wgu); // (T, 2F)
     auto F = gu.size(1) / 2;
     at::Tensor a;
@@ -1141,20 +1110,6 @@ dt_err dt_decoder_new(dt_tensor embed, dt_tensor norm, dt_tensor head, const dt_
     // DLLM_GEMV=0 keeps cuBLAS for every matmul (to measure the difference).
     const char *g = std::getenv("DLLM_GEMV");
     d->gemv = d->kernels && !(g && std::string(g) == "0");
-    // DLLM_GEMM=0 keeps cuBLAS for 2 to 64 rows.
-    const char *gm = std::getenv("DLLM_GEMM");
-    d->gemm = d->kernels && !(gm && std::string(gm) == "0");
-    if (d->gemm) {
-      int64_t wsn = 0, cnt = 0;
-      for (auto &ly : d->layers) {
-        for (auto *w : {&ly.wqkv, &ly.wo, &ly.wgu, &ly.wdown}) {
-          wsn = std::max(wsn, dtk_gemm_ws_floats(DTK_GEMM_MAX_M, w->size(0), w->size(1)));
-          cnt = std::max(cnt, w->size(0) / 64);
-        }
-      }
-      d->gemm_ws = at::empty({std::max<int64_t>(wsn, 1)}, d->embed.options().dtype(at::kFloat));
-      d->gemm_cnt = at::zeros({std::max<int64_t>(cnt, 1)}, d->embed.options().dtype(at::kInt));
-    }
 #endif
 #ifdef DLLM_CUDA
     d->graphs = cuda ? graphs : 0;
@@ -1190,5 +1145,37 @@ int64_t dt_decoder_graphs(dt_decoder dec) {
 }
 
 void dt_decoder_free(dt_decoder dec) { delete static_cast<Decoder *>(dec); }
+
+dt_err dt_pick_greedy(dt_tensor logits, int64_t mask, dt_tensor *out) {
+  return guard([&] {
+    at::NoGradGuard ng;
+    auto &l = T(logits);
+    TORCH_CHECK(l.dim() == 2 && l.size(0) >= 1 && l.size(1) >= 1, "pick_greedy: logits must be (n, V), not ",
+                l.sizes());
+    auto V = l.size(1);
+    TORCH_CHECK(mask < V, "pick_greedy: mask token ", mask, " is outside the vocabulary of ", V);
+#ifdef DLLM_KERNELS
+    auto st = l.scalar_type();
+    if (l.is_cuda() && (st == at::kBFloat16 || st == at::kHalf || st == at::kFloat)) {
+      auto lc = l.contiguous();
+      c10::cuda::CUDAGuard g(lc.device());
+      auto n = l.size(0);
+      TORCH_CHECK(n <= 65535, "pick_greedy: ", n, " rows, more than the kernel's 65535");
+      auto o = at::empty({2 * n}, lc.options().dtype(at::kDouble));
+      auto scratch = at::empty({dtk_pick_greedy_scratch(n, V)}, lc.options().dtype(at::kByte));
+      int err = dtk_pick_greedy(static_cast<int>(st), lc.data_ptr(), n, V, mask, o.data_ptr<double>(),
+                                scratch.data_ptr(), c10::cuda::getCurrentCUDAStream().stream());
+      TORCH_CHECK(err == 0, "pick_greedy kernel: ", cudaGetErrorString(static_cast<cudaError_t>(err)));
+      *out = W(o);
+      return;
+    }
+#endif
+    auto f = l.to(at::kFloat, false, true); // a copy: the mask is written into it
+    if (mask >= 0) f.narrow(1, mask, 1).fill_(-INFINITY);
+    auto ids = f.argmax(1);
+    auto p = (std::get<0>(f.max(1)) - f.logsumexp(1)).exp();
+    *out = W(at::cat({p.to(at::kDouble), ids.to(at::kDouble)}));
+  });
+}
 
 } // extern "C"

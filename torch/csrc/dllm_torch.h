@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define DT_ABI_VERSION 6
+#define DT_ABI_VERSION 7
 
 typedef void *dt_tensor;
 typedef char *dt_err;
@@ -254,6 +254,12 @@ dt_err dt_decoder_forward(dt_decoder d, dt_tensor ids, int64_t pos,
 /* Number of CUDA graphs captured so far. */
 int64_t dt_decoder_graphs(dt_decoder d);
 void dt_decoder_free(dt_decoder d);
+/* The sampler's greedy choice for each row of logits (n, V): the first
+ * index of the row's largest value (column mask left out when mask >= 0)
+ * and its softmax probability, computed in float32. out (2n) float64 on the
+ * logits' device: [p_0 .. p_n-1, id_0 .. id_n-1]. On CUDA with nvcc, one
+ * kernel pass over the logits (kernels.cu); elsewhere libtorch ops. */
+dt_err dt_pick_greedy(dt_tensor logits, int64_t mask, dt_tensor *out);
 
 /* --- data-parallel collectives (dist.cpp) -------------------------------- */
 /* A process group over libtorch's c10d: a TCPStore rendezvous, then Gloo

@@ -36,31 +36,14 @@ int dtk_silu_mul(int dtype, const void *gu, void *out, int64_t T, int64_t F, voi
 int dtk_gemv(int dtype, const void *x, const void *w, const void *resid, void *out, int64_t N, int64_t K,
              void *stream);
 
-// out = x (M, K) w (N, K)^T for 1 <= M <= DTK_GEMM_MAX_M rows on tensor
-// cores (mma.sync), the shapes of a decode step's matmuls: each CTA streams
-// a 64-row slice of w through a cp.async pipeline, split-K over enough
-// CTAs to fill the GPU, the last CTA of a slice summing the partial
-// products (float32, in split order: the result does not depend on
-// scheduling) and applying the epilogue:
-//   DTK_GEMM_PLAIN: out (M, N) = acc (+ resid (M, N) when not null), one
-//     rounding at the end as cuBLAS's addmm;
-//   DTK_GEMM_SILU: w stacks gate (N/2 rows) over up (N/2 rows), out (M,
-//     N/2) = silu(gate) * up, rounded where at::silu and a product of the
-//     rounded matmul outputs would (resid unused).
-// ws is float32 scratch of dtk_gemm_ws_floats(M, N, K) floats and counters
-// N/64 ints, zero before the first call; every call leaves them zero again,
-// so both can live in a CUDA graph's memory. splits > 0 forces the split
-// count (a divisor of K/128); 0 picks it for this GPU. Needs K % 128 == 0,
-// N % 64 == 0 and 16-byte aligned x and w; cudaErrorInvalidValue otherwise.
-#define DTK_GEMM_MAX_M 64
-#define DTK_GEMM_PLAIN 0
-#define DTK_GEMM_SILU 1
-int dtk_gemm(int dtype, int mode, const void *x, const void *w, const void *resid, void *out, int64_t M, int64_t N,
-             int64_t K, int splits, float *ws, int *counters, void *stream);
-
-// The float32 scratch dtk_gemm needs for these sizes with its own split
-// choice (0 if it needs none).
-int64_t dtk_gemm_ws_floats(int64_t M, int64_t N, int64_t K);
+// For each row of logits (n, V) in dtype (DT_BF16, DT_F16 or DT_F32): the
+// first index of its largest value, column mask left out when mask >= 0,
+// and that value's softmax probability, exp(max - logsumexp) in float32;
+// out (2n) float64 on the device = [p_0 .. p_n-1, id_0 .. id_n-1]. scratch
+// is device memory of dtk_pick_greedy_scratch(n, V) bytes; n <= 65535.
+int dtk_pick_greedy(int dtype, const void *logits, int64_t n, int64_t V, int64_t mask, double *out, void *scratch,
+                    void *stream);
+int64_t dtk_pick_greedy_scratch(int64_t n, int64_t V);
 
 #ifdef __cplusplus
 }
