@@ -13,6 +13,7 @@
 #   TOKENS=256        timed tokens per point
 #   TESTS='CUDA|PickGreedy'   -test.run pattern for the test binaries ("" skips)
 #   AB=DLLM_GEMV=0    also time with this setting (empty: only as is)
+#   PROBES=gpu_attn_probe.py   scripts to run first (exactness and timing)
 #   KEEP_SHIM=1       reuse bin/libdllmtorch.so
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -33,6 +34,10 @@ else
 	make --no-print-directory shim TORCH="$TORCH" >/dev/null || exit 1
 	[ -n "${OUT:-}" ] && cp bin/libdllmtorch.so "$OUT/"
 fi
+# Probes of the shim's own kernels against PyTorch (PROBES="" skips).
+for p in ${PROBES-}; do
+	PYTHONPATH=scripts $PY scripts/$p 2>&1 | sed "s/^/$p: /"
+done
 if [ -n "$TESTS" ]; then
 	for pkg in torch model; do
 		[ -x build/gpu/$pkg.test ] || continue

@@ -823,6 +823,7 @@ struct Decoder {
   bool flash = false;  // attention through FlashAttention 2
   bool kernels = false; // RMSNorm, RoPE and SiLU-mul through kernels.cu
   bool gemv = false;    // kernels.cu's GEMV for one-token forwards
+  bool attn = false;    // kernels.cu's attention for rows without a mask (head dim 128)
   int graphs = 0;      // capture graphs for query lengths up to this
   std::map<int64_t, int> seen; // forwards per query length, before capture
 #ifdef DLLM_CUDA
@@ -901,12 +902,14 @@ struct Decoder {
 
   // attend is softmax(q K^T) V over cache slots [0, pos+T) as a (T, Hkv,
   // G, D) view, G = H/Hkv query heads per key head (head h = kvh*G + g);
-  // callers copy it into the (T, H*D) layout the output projection reads.
+  // callers copy it into the (T, H*D) layout the output projection reads,
+  // unless it is dst's storage: given dst (T, H*D), attend writes there
+  // what it can without a copy of its own.
   // The first c rows attend causally (row t sees slots up to pos+t), the
   // others see all pos+T slots: c = T is a causal forward, c = 0 a block
   // that sees itself, and between the two a committed block followed by
   // the next block's first denoising step in one forward.
-  at::Tensor attend(DecLayer &ly, const at::Tensor &q, int64_t pos, int64_t c) {
+  at::Tensor attend(DecLayer &ly, const at::Tensor &q, int64_t pos, int64_t c, const at::Tensor &dst = at::Tensor()) {
     auto Tn = q.size(1), S = pos + Tn, G = H / Hkv;
     double sc = scale > 0 ? scale : 1.0 / std::sqrt(static_cast<double>(D));
 #ifdef DLLM_CUDA
@@ -914,10 +917,14 @@ struct Decoder {
       if (c > 0 && c < Tn) {
         // Two calls, each with one rule for all its rows.
         auto a = flash_part(ly, q.narrow(1, 0, c), pos + c, true, sc);
-        auto b = flash_part(ly, q.narrow(1, c, Tn - c), S, false, sc);
-        return at::cat({a, b}, 0);
+        if (!dst.defined()) return at::cat({a, flash_part(ly, q.narrow(1, c, Tn - c), S, false, sc)}, 0);
+        dst.narrow(0, 0, c).view({c, Hkv, G, D}).copy_(a);
+        auto rest = dst.narrow(0, c, Tn - c);
+        auto b = flash_part(ly, q.narrow(1, c, Tn - c), S, false, sc, rest);
+        if (b.data_ptr() != rest.data_ptr()) rest.view({Tn - c, Hkv, G, D}).copy_(b);
+        return dst.view({Tn, Hkv, G, D});
       }
-      return flash_part(ly, q, S, c > 0, sc);
+      return flash_part(ly, q, S, c > 0, sc, dst);
     }
 #endif
     auto k = ly.kc.narrow(0, 0, S).unsqueeze(0).transpose(1, 2); // (1, Hkv, S, D)
@@ -936,9 +943,22 @@ struct Decoder {
 
 #ifdef DLLM_CUDA
   // flash_part is FlashAttention over slots [0, S) for q (1, T, H, D), the
-  // last T of which are q's own; (T, Hkv, G, D).
-  at::Tensor flash_part(DecLayer &ly, const at::Tensor &q, int64_t S, bool causal, double sc) {
+  // last T of which are q's own; (T, Hkv, G, D), in dst (T, H*D) when given
+  // and the path can write there.
+  at::Tensor flash_part(DecLayer &ly, const at::Tensor &q, int64_t S, bool causal, double sc,
+                        const at::Tensor &dst = at::Tensor()) {
     auto Tn = q.size(1), G = H / Hkv;
+#ifdef DLLM_KERNELS
+    if (attn && (!causal || Tn == 1) && q.is_contiguous()) {
+      auto out = dst.defined() && dst.is_contiguous() ? dst.view({Tn, H, D}) : at::empty({Tn, H, D}, q.options());
+      auto scratch = at::empty({dtk_attn_decode_scratch(Tn, H, Hkv, S)}, q.options().dtype(at::kFloat));
+      check_launch(dtk_attn_decode(static_cast<int>(q.scalar_type()), q.data_ptr(), ly.kc.data_ptr(),
+                                   ly.vc.data_ptr(), out.data_ptr(), Tn, H, Hkv, S, static_cast<float>(sc),
+                                   scratch.data_ptr(), stream()),
+                   "attn_decode");
+      return out.view({Tn, Hkv, G, D});
+    }
+#endif
     auto k = ly.kc.narrow(0, 0, S).unsqueeze(0); // (1, S, Hkv, D)
     auto v = ly.vc.narrow(0, 0, S).unsqueeze(0);
     if (!causal && G > 1 && Tn > 1 && S >= kFoldFrom) {
@@ -1023,7 +1043,8 @@ struct Decoder {
     at::arange_out(c.pos, pos, pos + Tn, 1);
     for (size_t l = 0; l < layers.size(); l++) {
       c.g[l]->replay();
-      c.ao[l].view({Tn, Hkv, H / Hkv, D}).copy_(attend(layers[l], c.q[l], pos, causal));
+      auto a = attend(layers[l], c.q[l], pos, causal, c.ao[l]);
+      if (a.data_ptr() != c.ao[l].data_ptr()) c.ao[l].view({Tn, Hkv, H / Hkv, D}).copy_(a);
     }
     c.g[layers.size()]->replay();
     return c.hn;
@@ -1110,6 +1131,9 @@ dt_err dt_decoder_new(dt_tensor embed, dt_tensor norm, dt_tensor head, const dt_
     // DLLM_GEMV=0 keeps cuBLAS for every matmul (to measure the difference).
     const char *g = std::getenv("DLLM_GEMV");
     d->gemv = d->kernels && !(g && std::string(g) == "0");
+    // DLLM_ATTN=0 keeps FlashAttention for every attention (to measure).
+    const char *at_ = std::getenv("DLLM_ATTN");
+    d->attn = d->kernels && d->flash && d->D == 128 && !(at_ && std::string(at_) == "0");
 #endif
 #ifdef DLLM_CUDA
     d->graphs = cuda ? graphs : 0;

@@ -11,6 +11,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cstdlib>
+
 namespace {
 
 // DT_F16 and DT_BF16 in dllm_torch.h.
@@ -360,6 +362,292 @@ int pick_greedy(const void *logits, int64_t n, int64_t V, int64_t mask, double *
   return cudaGetLastError();
 }
 
+// --- tensor-core helpers -------------------------------------------------------
+
+__device__ inline unsigned smem_u32(const void *p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
+
+// cp_async16 copies 16 bytes from global to shared memory, or writes 16
+// zero bytes when !full.
+__device__ inline void cp_async16(unsigned dst, const void *src, bool full) {
+  int n = full ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
+}
+__device__ inline void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ inline void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+// ldsm_x4 loads four 8x8 b16 matrices (lanes 8i..8i+7 address matrix i's
+// rows); ldsm_x4_t transposes each.
+__device__ inline void ldsm_x4(unsigned addr, unsigned *r) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ inline void ldsm_x4_t(unsigned addr, unsigned *r) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// mma is d (16x8, float32) += a (16x16) b (16x8) for one warp.
+template <typename T> __device__ inline void mma(float *d, const unsigned *a, unsigned b0, unsigned b1);
+template <> __device__ inline void mma<__nv_bfloat16>(float *d, const unsigned *a, unsigned b0, unsigned b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+               "{%0,%1,%2,%3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <> __device__ inline void mma<__half>(float *d, const unsigned *a, unsigned b0, unsigned b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+               "{%0,%1,%2,%3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// pack2 rounds (lo, hi) to two T in one register, lo in the low half.
+template <typename T> __device__ inline unsigned pack2(float lo, float hi);
+template <> __device__ inline unsigned pack2<__nv_bfloat16>(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<unsigned *>(&v);
+}
+template <> __device__ inline unsigned pack2<__half>(float lo, float hi) {
+  __half2 v = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<unsigned *>(&v);
+}
+
+int sm_count() {
+  static int n = 0;
+  if (n == 0) {
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+      n = 108;
+  }
+  return n;
+}
+
+// --- decode attention ----------------------------------------------------------
+//
+// Attention of a decode forward's rows that all see the same keys (a
+// denoising block, an AR token): FlashAttention 2's algorithm for one
+// shape, head dim 128, with the G query heads that share a key head folded
+// into G x T rows (so each key is read once per key head, not G times) and
+// the keys split over CTAs (flash-decoding) so that a short block over a
+// long cache fills the GPU; a second kernel merges the splits by
+// log-sum-exp. It reads q in the (T, H, D) layout and writes out in it.
+
+constexpr int kAD = 128, kARows = 64, kAKeys = 64, kAThreads = 128;
+
+// Grid (row blocks of kARows, Hkv, splits); warp w owns rows [16 w, 16 w + 16)
+// of its block. part (splits, Hkv, R, D) and lse (splits, Hkv, R) float32
+// take the unmerged results when splits > 1; else out directly.
+template <typename T>
+__global__ void __launch_bounds__(kAThreads)
+    attn_decode_kernel(const T *__restrict__ q, const T *__restrict__ kc, const T *__restrict__ vc, T *__restrict__ out,
+                       int R, int G, int H, int Hkv, int S, int tps, float scale_log2, float *__restrict__ part,
+                       float *__restrict__ lse) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  T *Qs = reinterpret_cast<T *>(smem); // (kARows, kAD)
+  T *Ks = Qs + kARows * kAD;           // (2, kAKeys, kAD)
+  T *Vs = Ks + 2 * kAKeys * kAD;       // (2, kAKeys, kAD)
+  const int rb = blockIdx.x, h = blockIdx.y, split = blockIdx.z, splits = gridDim.z;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int ntiles = (S + kAKeys - 1) / kAKeys;
+  const int t0 = split * tps, t1 = min(t0 + tps, ntiles);
+  auto swz = [](int r, int c) { return r * kAD + ((c ^ (r & 7)) << 3); }; // 16 chunks a row
+  // qrow is the (T, H, D) row of folded row r: token r / G, head h G + r % G.
+  auto qrow = [&](int r) { return int64_t(r / G) * H + int64_t(h) * G + r % G; };
+
+  // 1. Q, then the first K and V tiles, through cp.async; rows past R and
+  // keys past S are zeros (a key past S gets -inf below; V zeros keep 0 * x
+  // finite).
+  for (int i = tid; i < kARows * 16; i += kAThreads) {
+    int r = i / 16, c = i % 16, gr = rb * kARows + r;
+    cp_async16(smem_u32(Qs + swz(r, c)), gr < R ? q + qrow(gr) * kAD + c * 8 : q, gr < R);
+  }
+  auto load_kv = [&](int stage, int tile) {
+    for (int i = tid; i < kAKeys * 16; i += kAThreads) {
+      int r = i / 16, c = i % 16, key = tile * kAKeys + r;
+      bool ok = key < S;
+      int64_t off = ok ? (int64_t(key) * Hkv + h) * kAD + c * 8 : 0;
+      cp_async16(smem_u32(Ks + stage * kAKeys * kAD + swz(r, c)), kc + off, ok);
+      cp_async16(smem_u32(Vs + stage * kAKeys * kAD + swz(r, c)), vc + off, ok);
+    }
+  };
+  if (t0 < t1) load_kv(0, t0);
+  cp_commit();
+
+  float o[kAD / 8][4] = {}; // (16 rows, 128 dims) of output, unnormalised
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0}; // rows lane/4 and lane/4 + 8
+  unsigned qf[kAD / 16][4];
+  for (int it = t0; it < t1; it++) {
+    int stage = (it - t0) % 2;
+    if (it + 1 < t1) load_kv(stage ^ 1, it + 1);
+    cp_commit();
+    cp_wait<1>();
+    __syncthreads();
+    if (it == t0) {
+#pragma unroll
+      for (int kk = 0; kk < kAD / 16; kk++)
+        ldsm_x4(smem_u32(Qs + swz(warp * 16 + lane % 16, 2 * kk + lane / 16)), qf[kk]);
+    }
+    const T *Kt = Ks + stage * kAKeys * kAD, *Vt = Vs + stage * kAKeys * kAD;
+
+    // 2. Scores s (16 rows, 64 keys) = Q K^T, as 8 tiles of 8 keys.
+    float s[kAKeys / 8][4] = {};
+#pragma unroll
+    for (int p = 0; p < kAKeys / 16; p++) {
+#pragma unroll
+      for (int kk = 0; kk < kAD / 16; kk++) {
+        unsigned b[4];
+        ldsm_x4(smem_u32(Kt + swz(16 * p + lane % 8 + (lane / 16) * 8, 2 * kk + (lane / 8) % 2)), b);
+        mma<T>(s[2 * p], qf[kk], b[0], b[1]);
+        mma<T>(s[2 * p + 1], qf[kk], b[2], b[3]);
+      }
+    }
+
+    // 3. Online softmax in base 2: scale, mask keys past S, new row maxima
+    // (over the quad of lanes that shares a row), rescale what came before.
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int j = 0; j < kAKeys / 8; j++) {
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        int key = it * kAKeys + 8 * j + 2 * (lane % 4) + (e & 1);
+        s[j][e] = key < S ? s[j][e] * scale_log2 : -INFINITY;
+        mx[e / 2] = fmaxf(mx[e / 2], s[j][e]);
+      }
+    }
+    float corr[2], mu[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffff, mx[i], 1));
+      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffff, mx[i], 2));
+      float mn = fmaxf(m[i], mx[i]);
+      mu[i] = mn == -INFINITY ? 0.0f : mn; // a row with no key yet stays empty
+      corr[i] = exp2f(m[i] - mu[i]);
+      m[i] = mn;
+      l[i] *= corr[i];
+    }
+#pragma unroll
+    for (int d = 0; d < kAD / 8; d++) {
+      o[d][0] *= corr[0], o[d][1] *= corr[0], o[d][2] *= corr[1], o[d][3] *= corr[1];
+    }
+
+    // 4. P = exp2(s - m) as bf16 A fragments (the accumulator layout of two
+    // 8-key tiles is the A layout of one 16-key step), then O += P V with V
+    // read transposed by ldmatrix.
+    unsigned pa[kAKeys / 16][4];
+#pragma unroll
+    for (int j = 0; j < kAKeys / 8; j++) {
+      float p0 = exp2f(s[j][0] - mu[0]), p1 = exp2f(s[j][1] - mu[0]);
+      float p2 = exp2f(s[j][2] - mu[1]), p3 = exp2f(s[j][3] - mu[1]);
+      l[0] += p0 + p1, l[1] += p2 + p3;
+      pa[j / 2][(j % 2) * 2] = pack2<T>(p0, p1);
+      pa[j / 2][(j % 2) * 2 + 1] = pack2<T>(p2, p3);
+    }
+#pragma unroll
+    for (int j = 0; j < kAKeys / 16; j++) {
+#pragma unroll
+      for (int d = 0; d < kAD / 16; d++) {
+        unsigned b[4];
+        ldsm_x4_t(smem_u32(Vt + swz(16 * j + lane % 8 + ((lane / 8) % 2) * 8, 2 * d + lane / 16)), b);
+        mma<T>(o[2 * d], pa[j], b[0], b[1]);
+        mma<T>(o[2 * d + 1], pa[j], b[2], b[3]);
+      }
+    }
+    __syncthreads(); // the next iteration's load reuses this stage
+  }
+  cp_wait<0>();
+
+  // 5. Row sums over the quad; normalise; write out or the split's part.
+#pragma unroll
+  for (int i = 0; i < 2; i++) {
+    l[i] += __shfl_xor_sync(0xffffffff, l[i], 1);
+    l[i] += __shfl_xor_sync(0xffffffff, l[i], 2);
+  }
+#pragma unroll
+  for (int i = 0; i < 2; i++) {
+    int r = rb * kARows + warp * 16 + lane / 4 + 8 * i;
+    if (r >= R) continue;
+    float inv = l[i] > 0 ? 1.0f / l[i] : 0.0f;
+    if (splits == 1) {
+      T *dst = out + qrow(r) * kAD;
+#pragma unroll
+      for (int d = 0; d < kAD / 8; d++)
+        *reinterpret_cast<unsigned *>(dst + 8 * d + 2 * (lane % 4)) = pack2<T>(o[d][2 * i] * inv, o[d][2 * i + 1] * inv);
+    } else {
+      int64_t pr = (int64_t(split) * Hkv + h) * R + r;
+      float *dst = part + pr * kAD;
+#pragma unroll
+      for (int d = 0; d < kAD / 8; d++)
+        *reinterpret_cast<float2 *>(dst + 8 * d + 2 * (lane % 4)) = make_float2(o[d][2 * i] * inv, o[d][2 * i + 1] * inv);
+      if (lane % 4 == 0) lse[pr] = l[i] > 0 ? m[i] + log2f(l[i]) : -INFINITY;
+    }
+  }
+}
+
+// Grid (R, Hkv), kAD threads: out row = sum_s w_s part_s / sum_s w_s with
+// w_s = 2^(lse_s - max lse).
+template <typename T>
+__global__ void attn_merge_kernel(const float *part, const float *lse, T *out, int R, int G, int H, int Hkv, int splits) {
+  int r = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
+  float mx = -INFINITY;
+  for (int s = 0; s < splits; s++) mx = fmaxf(mx, lse[(int64_t(s) * Hkv + h) * R + r]);
+  float acc = 0, wsum = 0;
+  for (int s = 0; s < splits; s++) {
+    int64_t pr = (int64_t(s) * Hkv + h) * R + r;
+    float w = mx == -INFINITY ? 0.0f : exp2f(lse[pr] - mx);
+    acc += w * part[pr * kAD + d];
+    wsum += w;
+  }
+  int64_t row = int64_t(r / G) * H + int64_t(h) * G + r % G;
+  out[row * kAD + d] = cast<T>(wsum > 0 ? acc / wsum : 0.0f);
+}
+
+// attn_splits spreads the key tiles so that the grid has about two CTAs
+// per SM (as many as fit at once; DLLM_ATTN_CTAS overrides the two, to
+// measure), each with at least one tile.
+int attn_splits(int64_t R, int64_t Hkv, int64_t S) {
+  static const int per_sm = [] {
+    const char *e = std::getenv("DLLM_ATTN_CTAS");
+    return e && std::atoi(e) > 0 ? std::atoi(e) : 2;
+  }();
+  int64_t base = (R + kARows - 1) / kARows * Hkv, tiles = (S + kAKeys - 1) / kAKeys;
+  int64_t want = (per_sm * sm_count() + base - 1) / base;
+  int64_t splits = want < tiles ? want : tiles;
+  if (splits < 1) splits = 1;
+  // Equal tiles per split, and no split left without one.
+  int64_t tps = (tiles + splits - 1) / splits;
+  return static_cast<int>((tiles + tps - 1) / tps);
+}
+
+template <typename T>
+int attn_decode(const void *q, const void *kc, const void *vc, void *out, int64_t Tn, int64_t H, int64_t Hkv,
+                int64_t S, float scale, void *scratch, cudaStream_t st) {
+  constexpr size_t smem = (kARows + 4 * kAKeys) * kAD * sizeof(T);
+  static bool attr = false; // above 48 KB dynamic shared memory must be asked for
+  if (!attr) {
+    cudaError_t e = cudaFuncSetAttribute(attn_decode_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(smem));
+    if (e != cudaSuccess) return e;
+    attr = true;
+  }
+  int64_t G = H / Hkv, R = Tn * G, tiles = (S + kAKeys - 1) / kAKeys;
+  int splits = attn_splits(R, Hkv, S);
+  int tps = static_cast<int>((tiles + splits - 1) / splits);
+  float *part = static_cast<float *>(scratch);
+  float *lse = part + int64_t(splits) * Hkv * R * kAD;
+  dim3 grid(static_cast<unsigned>((R + kARows - 1) / kARows), static_cast<unsigned>(Hkv), static_cast<unsigned>(splits));
+  attn_decode_kernel<T><<<grid, kAThreads, smem, st>>>(
+      static_cast<const T *>(q), static_cast<const T *>(kc), static_cast<const T *>(vc), static_cast<T *>(out),
+      static_cast<int>(R), static_cast<int>(G), static_cast<int>(H), static_cast<int>(Hkv), static_cast<int>(S), tps,
+      scale * 1.4426950408889634f, part, lse);
+  if (splits > 1)
+    attn_merge_kernel<T><<<dim3(static_cast<unsigned>(R), static_cast<unsigned>(Hkv)), kAD, 0, st>>>(
+        part, lse, static_cast<T *>(out), static_cast<int>(R), static_cast<int>(G), static_cast<int>(H),
+        static_cast<int>(Hkv), splits);
+  return cudaGetLastError();
+}
+
 } // namespace
 
 extern "C" {
@@ -409,5 +697,22 @@ int dtk_pick_greedy(int dtype, const void *logits, int64_t n, int64_t V, int64_t
 }
 
 int64_t dtk_pick_greedy_scratch(int64_t n, int64_t V) { return n * pick_slices(V) * static_cast<int64_t>(sizeof(Part)); }
+
+int dtk_attn_decode(int dtype, const void *q, const void *kc, const void *vc, void *out, int64_t T, int64_t H,
+                    int64_t Hkv, int64_t S, float scale, void *scratch, void *stream) {
+  auto st = static_cast<cudaStream_t>(stream);
+  auto misaligned = [](const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15) != 0; };
+  if (T < 1 || Hkv < 1 || H % Hkv != 0 || S < 1 || T * H > 2147483647 || S > 2147483647 || misaligned(q) ||
+      misaligned(kc) || misaligned(vc) || misaligned(out) || (attn_splits(T * (H / Hkv), Hkv, S) > 1 && !scratch))
+    return cudaErrorInvalidValue;
+  if (dtype == kBF16) return attn_decode<__nv_bfloat16>(q, kc, vc, out, T, H, Hkv, S, scale, scratch, st);
+  if (dtype == kF16) return attn_decode<__half>(q, kc, vc, out, T, H, Hkv, S, scale, scratch, st);
+  return cudaErrorInvalidValue;
+}
+
+int64_t dtk_attn_decode_scratch(int64_t T, int64_t H, int64_t Hkv, int64_t S) {
+  int64_t R = T * (H / Hkv), splits = attn_splits(R, Hkv, S);
+  return splits > 1 ? splits * Hkv * R * (kAD + 1) : 0;
+}
 
 } // extern "C"

@@ -45,6 +45,17 @@ int dtk_pick_greedy(int dtype, const void *logits, int64_t n, int64_t V, int64_t
                     void *stream);
 int64_t dtk_pick_greedy_scratch(int64_t n, int64_t V);
 
+// Attention without a mask, head dim 128: every one of q's T tokens (T, H,
+// 128) sees the keys and values in slots [0, S) of the caches (Max, Hkv,
+// 128); out (T, H, 128) = softmax(scale q k^T) v per head, head h reading
+// key head h / (H / Hkv). The query heads of a key head are folded into
+// rows, the keys split over CTAs and merged by log-sum-exp through scratch
+// (dtk_attn_decode_scratch floats; 0 when it needs none). 16-byte aligned
+// pointers; cudaErrorInvalidValue otherwise.
+int dtk_attn_decode(int dtype, const void *q, const void *kc, const void *vc, void *out, int64_t T, int64_t H,
+                    int64_t Hkv, int64_t S, float scale, void *scratch, void *stream);
+int64_t dtk_attn_decode_scratch(int64_t T, int64_t H, int64_t Hkv, int64_t S);
+
 #ifdef __cplusplus
 }
 #endif
