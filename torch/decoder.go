@@ -35,7 +35,8 @@ type DecoderSpec struct {
 // Decoder runs a whole Llama forward for decoding (batch 1) in one shim
 // call, over a KV cache it owns: the fast path of the sampler. On CUDA it
 // uses FlashAttention 2 and per-layer CUDA graphs, and when the shim was
-// built with nvcc its own kernels for RMSNorm, RoPE and SiLU-mul. It holds references to
+// built with nvcc its own kernels for RMSNorm, RoPE, SiLU-mul, one-row
+// matmuls and attention without a mask. It holds references to
 // the weights it was given; it is not safe for concurrent use.
 type Decoder struct {
 	p C.dt_decoder

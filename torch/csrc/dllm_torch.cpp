@@ -787,8 +787,10 @@ dt_err dt_detach(dt_tensor t, dt_tensor *out) {
 //     the input ids and positions in static buffers; attention runs eagerly
 //     between the graphs because its KV length changes every step;
 //   - with nvcc (DLLM_KERNELS), RMSNorm, RoPE with the cache write and
-//     SiLU-mul as single kernels (kernels.cu); residual adds ride in the
-//     matmuls (addmm).
+//     SiLU-mul as single kernels (kernels.cu), a GEMV for one-token
+//     forwards, and kernels.cu's attention for rows without a mask
+//     (denoising blocks, AR steps), written straight into the next graph's
+//     input; residual adds ride in the matmuls (addmm).
 
 namespace {
 

@@ -236,7 +236,8 @@ dt_err dt_detach(dt_tensor t, dt_tensor *out);
  * KV cache of its own for cos.size(0) positions ((Max, Hkv, D) per layer),
  * FlashAttention 2 and per-layer CUDA graphs on CUDA (graphs > 0 captures
  * query lengths up to graphs on their second use); with nvcc, kernels.cu's
- * kernels for RMSNorm, RoPE and SiLU-mul. layers holds 7 handles
+ * kernels for RMSNorm, RoPE, SiLU-mul, one-row matmuls and unmasked
+ * attention. layers holds 7 handles
  * per layer: attention norm, fused QKV weight ((H+2Hkv)D, C), fused QKV bias
  * or NULL, output projection, MLP norm, fused gate-up weight (2F, C), down
  * projection. cos and sin are the RoPE tables (Max, D) in the model dtype. */

@@ -1,9 +1,9 @@
-// kernels.cu: the elementwise and row-wise steps of the decoder's layer as
-// single kernels. Done with libtorch ops they are ~30 launches per layer
-// (an HF-exact RMSNorm alone is eight), which at a few microseconds each is
-// most of a decode step; here they are three. The arithmetic rounds to the
-// model dtype exactly where HF's float ops do, so results stay within the
-// plain path's rounding.
+// kernels.cu: the decoder's own CUDA kernels. The elementwise and row-wise
+// steps of a layer as single kernels (done with libtorch ops they are ~30
+// launches per layer; an HF-exact RMSNorm alone is eight), rounding to the
+// model dtype exactly where HF's float ops do; a one-row GEMV for AR steps;
+// the sampler's greedy pick in one pass over the logits; and attention for
+// decode rows without a mask (FlashAttention 2's algorithm, split-KV).
 
 #include "kernels.h"
 
