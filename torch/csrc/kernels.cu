@@ -25,6 +25,19 @@ template <> __device__ inline __half cast<__half>(float x) { return __float2half
 // round is x rounded to T and back: one dtype op's result.
 template <typename T> __device__ inline float round(float x) { return f32(cast<T>(x)); }
 
+// block_sum is the sum of s over the block (whole warps), returned to every
+// thread; once per kernel, as its shared memory is not reused.
+__device__ inline float block_sum(float s) {
+  __shared__ float ss[32];
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffff, s, o);
+  int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) ss[warp] = s;
+  __syncthreads();
+  s = 0;
+  for (int w = 0; w < (blockDim.x + 31) / 32; w++) s += ss[w];
+  return s;
+}
+
 // One block per row; blockDim.x threads stride over the C columns.
 template <typename T>
 __global__ void rms_norm_kernel(const T *x, const T *w, T *out, int64_t C, float eps) {
@@ -35,19 +48,7 @@ __global__ void rms_norm_kernel(const T *x, const T *w, T *out, int64_t C, float
     float v = f32(xr[i]);
     ss += v * v;
   }
-  // Block sum: warp shuffles, then one value per warp through shared memory.
-  __shared__ float part[32];
-  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffff, ss, o);
-  int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) part[warp] = ss;
-  __syncthreads();
-  if (warp == 0) {
-    ss = lane < (blockDim.x + 31) / 32 ? part[lane] : 0;
-    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffff, ss, o);
-    if (lane == 0) part[0] = ss;
-  }
-  __syncthreads();
-  float r = rsqrtf(part[0] / static_cast<float>(C) + eps);
+  float r = rsqrtf(block_sum(ss) / static_cast<float>(C) + eps);
   for (int64_t i = threadIdx.x; i < C; i += blockDim.x) {
     yr[i] = cast<T>(f32(w[i]) * round<T>(f32(xr[i]) * r));
   }
@@ -75,18 +76,7 @@ __global__ void rms_norm_vec_kernel(const T *x, const T *w, T *out, int chunks, 
 #pragma unroll
     for (int i = 0; i < E; i++) ss += f32(e[i]) * f32(e[i]);
   }
-  __shared__ float part[32];
-  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffff, ss, o);
-  int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) part[warp] = ss;
-  __syncthreads();
-  if (warp == 0) {
-    ss = lane < (blockDim.x + 31) / 32 ? part[lane] : 0;
-    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffff, ss, o);
-    if (lane == 0) part[0] = ss;
-  }
-  __syncthreads();
-  float r = rsqrtf(part[0] / static_cast<float>(chunks * E) + eps);
+  float r = rsqrtf(block_sum(ss) / static_cast<float>(chunks * E) + eps);
 #pragma unroll
   for (int j = 0; j < V; j++) {
     int c = threadIdx.x + j * blockDim.x;
@@ -275,17 +265,6 @@ __device__ inline void block_max(float &m, long long &a) {
   for (int w = 0; w < blockDim.x / 32; w++)
     if (sm[w] > m || (sm[w] == m && sa[w] >= 0 && (a < 0 || sa[w] < a))) m = sm[w], a = sa[w];
   __syncthreads();
-}
-
-__device__ inline float block_sum(float s) {
-  __shared__ float ss[32];
-  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffff, s, o);
-  int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) ss[warp] = s;
-  __syncthreads();
-  s = 0;
-  for (int w = 0; w < blockDim.x / 32; w++) s += ss[w];
-  return s;
 }
 
 // Grid (n rows, slices of slice columns); -inf and the mask column count as
