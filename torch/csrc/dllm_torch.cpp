@@ -1186,7 +1186,6 @@ dt_err dt_pick_greedy(dt_tensor logits, int64_t mask, dt_tensor *out) {
       auto lc = l.contiguous();
       c10::cuda::CUDAGuard g(lc.device());
       auto n = l.size(0);
-      TORCH_CHECK(n <= 65535, "pick_greedy: ", n, " rows, more than the kernel's 65535");
       auto o = at::empty({2 * n}, lc.options().dtype(at::kDouble));
       auto scratch = at::empty({dtk_pick_greedy_scratch(n, V)}, lc.options().dtype(at::kByte));
       int err = dtk_pick_greedy(static_cast<int>(st), lc.data_ptr(), n, V, mask, o.data_ptr<double>(),

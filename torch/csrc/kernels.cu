@@ -299,12 +299,12 @@ __global__ void pick_part_kernel(const T *logits, int64_t V, int64_t slice, int6
     });
   }
   s = block_sum(s);
-  if (threadIdx.x == 0) parts[blockIdx.x * gridDim.y + blockIdx.y] = Part{m, s, a};
+  if (threadIdx.x == 0) parts[int64_t(blockIdx.x) * gridDim.y + blockIdx.y] = Part{m, s, a};
 }
 
 // One thread per row merges its slices in order: p = 1 / sum exp(x - max).
-__global__ void pick_merge_kernel(const Part *parts, int n, int slices, double *out) {
-  int r = blockIdx.x * blockDim.x + threadIdx.x;
+__global__ void pick_merge_kernel(const Part *parts, int64_t n, int slices, double *out) {
+  int64_t r = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (r >= n) return;
   float m = -INFINITY, s = 0;
   long long a = -1;
@@ -334,8 +334,7 @@ int pick_greedy(const void *logits, int64_t n, int64_t V, int64_t mask, double *
   auto *parts = static_cast<Part *>(scratch);
   pick_part_kernel<T><<<dim3(static_cast<unsigned>(n), static_cast<unsigned>(slices)), kPickThreads, 0, s>>>(
       static_cast<const T *>(logits), V, slice, mask, vec, parts);
-  pick_merge_kernel<<<static_cast<unsigned>((n + 127) / 128), 128, 0, s>>>(parts, static_cast<int>(n),
-                                                                           static_cast<int>(slices), out);
+  pick_merge_kernel<<<static_cast<unsigned>((n + 127) / 128), 128, 0, s>>>(parts, n, static_cast<int>(slices), out);
   return cudaGetLastError();
 }
 
@@ -666,7 +665,7 @@ int dtk_gemv(int dtype, const void *x, const void *w, const void *resid, void *o
 int dtk_pick_greedy(int dtype, const void *logits, int64_t n, int64_t V, int64_t mask, double *out, void *scratch,
                     void *stream) {
   auto s = static_cast<cudaStream_t>(stream);
-  if (n < 1 || n > 65535 || V < 1 || scratch == nullptr) return cudaErrorInvalidValue;
+  if (n < 1 || n > 2147483647 || V < 1 || pick_slices(V) > 65535 || scratch == nullptr) return cudaErrorInvalidValue;
   if (dtype == kBF16) return pick_greedy<__nv_bfloat16>(logits, n, V, mask, out, scratch, s);
   if (dtype == kF16) return pick_greedy<__half>(logits, n, V, mask, out, scratch, s);
   if (dtype == kF32) return pick_greedy<float>(logits, n, V, mask, out, scratch, s);

@@ -40,7 +40,7 @@ int dtk_gemv(int dtype, const void *x, const void *w, const void *resid, void *o
 // first index of its largest value, column mask left out when mask >= 0,
 // and that value's softmax probability, exp(max - logsumexp) in float32;
 // out (2n) float64 on the device = [p_0 .. p_n-1, id_0 .. id_n-1]. scratch
-// is device memory of dtk_pick_greedy_scratch(n, V) bytes; n <= 65535.
+// is device memory of dtk_pick_greedy_scratch(n, V) bytes.
 int dtk_pick_greedy(int dtype, const void *logits, int64_t n, int64_t V, int64_t mask, double *out, void *scratch,
                     void *stream);
 int64_t dtk_pick_greedy_scratch(int64_t n, int64_t V);
