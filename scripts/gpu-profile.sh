@@ -6,6 +6,7 @@
 # TORCH=...). Environment: CTX=1k MODE="--commit 3" (or --ar) SKIP=8000
 # COUNT=940 (kernels: skip the prefill and graph captures, then about two
 # forwards; the summary's calls per forward say how many it caught).
+# NCU_FLAGS="--cache-control none --clock-control none" times kernels warm (as in a replay).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 CTX=${CTX:-1k}
@@ -14,7 +15,7 @@ SKIP=${SKIP:-8000}
 COUNT=${COUNT:-940}
 NCU=${NCU:-/usr/local/cuda/bin/ncu}
 CSV=${OUT:-/tmp}/ncu-$CTX${MODE//[ -]/}.csv
-$NCU --csv --metrics gpu__time_duration.sum --launch-skip "$SKIP" --launch-count "$COUNT" \
+$NCU --csv ${NCU_FLAGS:-} --metrics gpu__time_duration.sum --launch-skip "$SKIP" --launch-count "$COUNT" \
 	bin/dllm bench decode --config testdata/minicpm5-2b-shape/config.json --device cuda --dtype bf16 \
 	--ctx "$CTX" --block 32 $MODE --tokens 256 > "$CSV" 2>/dev/null
 python3 scripts/gpu_ncu_summary.py "$CSV" "$(( COUNT / 470 ))"

@@ -5,6 +5,8 @@ bf16 error against the same), then microseconds per call in a CUDA graph
 against FlashAttention (at::_flash_attention_forward as the decoder calls
 it, with grouped heads folded into rows where that is faster), for
 MiniCPM5-2B's heads (16 query heads over 2 key heads, head dim 128).
+Last, a sweep of the kernel's settings (dtk_tune: programmatic dependent
+launch, how the keys are split over CTAs), microseconds per call.
 
     python3 scripts/gpu_attn_probe.py
 """
@@ -68,4 +70,31 @@ for T, S in [(1, 1), (1, 63), (1, 1024), (1, 32768), (32, 7), (32, 1000), (32, 1
     t_ours = timed([lambda: ours(q, kc, vc, S, out, scratch)] * 10)
     t_flash = timed([lambda: theirs(q, kc, vc, S)] * 10)
     print(f"{T:3d} {S:6d}  {e:9.2e} {ef:9.2e}  {t_ours:8.1f} {t_flash:8.1f}  {'ok' if ok else 'BAD'}", flush=True)
+
+tune = lib.dtk_tune
+tune.argtypes = [ctypes.c_int] * 4
+# (pdl, splits cap, CTAs per SM, min tiles per split); the first is the default.
+configs = [(1, 64, 2, 1), (0, 64, 2, 1), (1, 64, 1, 1), (1, 64, 2, 2), (1, 64, 2, 4), (1, 32, 2, 1),
+           (1, 16, 2, 1), (1, 128, 2, 1), (1, 128, 4, 1)]
+print("sweep (pdl, cap, ctas/SM, min tiles): us per call")
+print(f"{'T':>3} {'S':>6}  " + " ".join(f"{'%d/%d/%d/%d' % c:>11}" for c in configs))
+for T, S in [(1, 1024), (1, 8192), (1, 32768), (32, 1024), (32, 4096), (32, 8192), (32, 16384), (32, 32768),
+             (64, 1024), (64, 8192)]:
+    kc = torch.randn(S, Hkv, D, dtype=dt, device=dev)
+    vc = torch.randn(S, Hkv, D, dtype=dt, device=dev)
+    q = torch.randn(T, H, D, dtype=dt, device=dev)
+    row = []
+    for c in configs:
+        tune(*c)
+        out = torch.empty_like(q)
+        scratch = torch.empty(max(1, scr(T, H, Hkv, S)), dtype=torch.float32, device=dev)
+        ours(q, kc, vc, S, out, scratch)
+        if c == configs[0]:
+            ref = out.clone()
+        elif (out.float() - ref.float()).norm() > 1e-2 * ref.float().norm():
+            bad += 1
+            print(f"config {c} differs from the default at T={T} S={S}")
+        row.append(timed([lambda: ours(q, kc, vc, S, out, scratch)] * 10))
+    tune(*configs[0])
+    print(f"{T:3d} {S:6d}  " + " ".join(f"{t:11.1f}" for t in row), flush=True)
 print("attention:", "ok" if bad == 0 else f"{bad} BAD")

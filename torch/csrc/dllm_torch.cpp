@@ -854,24 +854,28 @@ struct Decoder {
     return rms_norm(x, w, eps);
   }
 
-  // lin is x (T, K) w (N, K)^T, plus resid (T, N) when it is defined (the
-  // residual add riding in the matmul, addmm with beta 1). A forward of a
-  // single token (AR decoding) takes kernels.cu's GEMV (measured on an
-  // H200: 35 against 39 us of matmuls a layer; slower from 2 rows on).
-  at::Tensor lin(const at::Tensor &x, const at::Tensor &w, const at::Tensor &resid = at::Tensor()) {
+  // lin is x (T, K) w (N, K)^T; given acc (T, N) it adds the product into
+  // acc in place and returns acc: the residual add rides in the matmul
+  // (beta 1) without the copy of the residual that addmm makes (1.1-1.6 us
+  // a call on an H200, scripts/gemm_lt_probe.cu). A forward of a single
+  // token (AR decoding) takes kernels.cu's GEMV (measured on an H200: 35
+  // against 39 us of matmuls a layer; slower from 2 rows on).
+  at::Tensor lin(const at::Tensor &x, const at::Tensor &w, const at::Tensor &acc = at::Tensor()) {
 #ifdef DLLM_KERNELS
     auto aligned = [](const at::Tensor &t) { return (reinterpret_cast<uintptr_t>(t.data_ptr()) & 15) == 0; };
     if (gemv && x.size(0) == 1 && x.size(1) % 8 == 0 && x.size(1) <= DTK_GEMV_MAX_K && x.is_contiguous() &&
-        w.is_contiguous() && aligned(x) && aligned(w) && (!resid.defined() || resid.is_contiguous())) {
-      auto out = at::empty({1, w.size(0)}, x.options());
+        w.is_contiguous() && aligned(x) && aligned(w) && (!acc.defined() || acc.is_contiguous())) {
+      auto out = acc.defined() ? acc : at::empty({1, w.size(0)}, x.options());
       check_launch(dtk_gemv(static_cast<int>(x.scalar_type()), x.data_ptr(), w.data_ptr(),
-                            resid.defined() ? resid.data_ptr() : nullptr, out.data_ptr(), w.size(0), x.size(1),
+                            acc.defined() ? acc.data_ptr() : nullptr, out.data_ptr(), w.size(0), x.size(1),
                             stream()),
                    "gemv");
       return out;
     }
 #endif
-    return resid.defined() ? at::addmm(resid, x, w.t()) : at::linear(x, w);
+    if (!acc.defined()) return at::linear(x, w);
+    auto a = acc; // addmm_ on a handle to acc's storage, which the caller's const reference cannot take
+    return a.addmm_(x, w.t());
   }
 
   // pre is layer l's attention input: RMSNorm, fused QKV, RoPE; it writes the
@@ -979,8 +983,10 @@ struct Decoder {
   }
 #endif
 
-  // post is layer l's output projection and MLP on the residual stream x;
-  // the residual adds ride in the matmuls (addmm with beta 1).
+  // post is layer l's output projection and MLP on the residual stream x,
+  // which it updates in place (the residual adds ride in the matmuls) and
+  // returns. In place is safe: nothing reads a layer's input after its
+  // post (a forward's graphs all hand the one residual buffer on).
   at::Tensor post(DecLayer &ly, const at::Tensor &x, const at::Tensor &ao) {
     auto y = lin(ao, ly.wo, x);
     auto h = norm_(y, ly.n2);

@@ -11,6 +11,9 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cstdlib>
+#include <string>
+
 namespace {
 
 // DT_F16 and DT_BF16 in dllm_torch.h.
@@ -24,6 +27,59 @@ template <> __device__ inline __nv_bfloat16 cast<__nv_bfloat16>(float x) { retur
 template <> __device__ inline __half cast<__half>(float x) { return __float2half(x); }
 // round is x rounded to T and back: one dtype op's result.
 template <typename T> __device__ inline float round(float x) { return f32(cast<T>(x)); }
+
+// Programmatic dependent launch (Hopper's griddepcontrol): each kernel here
+// is launched with it (launch below), so it may start while the kernel
+// before it in the stream drains; dep_wait, first thing in every kernel,
+// holds it until that kernel is complete and its writes are visible.
+// dep_launch lets the next PDL-launched kernel start early (it only waits
+// inside). Without PDL both are no-ops.
+__device__ inline void dep_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ inline void dep_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Settings dtk_tune changes for probes; the defaults are what the decoder
+// runs with. g_pdl < 0: from the device (compute capability 9 or later)
+// and DLLM_PDL (0 turns it off, to measure).
+int g_pdl = -1;
+int g_splits_cap = 64, g_ctas_per_sm = 2, g_min_tiles = 1;
+
+bool pdl_on() {
+  if (g_pdl < 0) {
+    int dev = 0, major = 0;
+    const char *e = std::getenv("DLLM_PDL");
+    g_pdl = cudaGetDevice(&dev) == cudaSuccess &&
+                    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+                    major >= 9 && !(e && std::string(e) == "0")
+                ? 1
+                : 0;
+  }
+  return g_pdl == 1;
+}
+
+// launch runs kernel over grid x block with smem bytes of dynamic shared
+// memory on s, with programmatic dependent launch where pdl_on.
+template <typename... Params, typename... Args>
+cudaError_t launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, Args... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = pdl_on() ? 1 : 0;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, kernel, static_cast<Params>(args)...);
+}
 
 // block_sum is the sum of s over the block (whole warps), returned to every
 // thread; once per kernel, as its shared memory is not reused.
@@ -41,6 +97,8 @@ __device__ inline float block_sum(float s) {
 // One block per row; blockDim.x threads stride over the C columns.
 template <typename T>
 __global__ void rms_norm_kernel(const T *x, const T *w, T *out, int64_t C, float eps) {
+  dep_wait();
+  dep_launch();
   const T *xr = x + blockIdx.x * C;
   T *yr = out + blockIdx.x * C;
   float ss = 0;
@@ -61,6 +119,8 @@ __global__ void rms_norm_kernel(const T *x, const T *w, T *out, int64_t C, float
 // layer.
 template <typename T, int V>
 __global__ void rms_norm_vec_kernel(const T *x, const T *w, T *out, int chunks, float eps) {
+  dep_wait();
+  dep_launch();
   constexpr int E = 16 / sizeof(T);
   const uint4 *xr = reinterpret_cast<const uint4 *>(x) + int64_t(blockIdx.x) * chunks;
   uint4 *yr = reinterpret_cast<uint4 *>(out) + int64_t(blockIdx.x) * chunks;
@@ -95,6 +155,8 @@ __global__ void rms_norm_vec_kernel(const T *x, const T *w, T *out, int chunks, 
 template <typename T>
 __global__ void rope_qkv_kernel(const T *qkv, const T *cos, const T *sin, const int64_t *pos, T *q, T *kc, T *vc,
                                 int64_t H, int64_t Hkv, int64_t D) {
+  dep_wait();
+  dep_launch();
   int64_t t = blockIdx.x, h = blockIdx.y, half = D / 2, i = threadIdx.x;
   const T *src = qkv + (t * (H + 2 * Hkv) + h) * D;
   int64_t p = pos[t];
@@ -114,6 +176,8 @@ __global__ void rope_qkv_kernel(const T *qkv, const T *cos, const T *sin, const 
 
 // silu_mul_vec_kernel is silu_mul_kernel 16 bytes at a time (F % 8 == 0).
 template <typename T> __global__ void silu_mul_vec_kernel(const T *gu, T *out, int64_t T_, int64_t F) {
+  dep_wait();
+  dep_launch();
   constexpr int E = 16 / sizeof(T);
   int64_t fc = F / E, n = T_ * fc;
   const uint4 *g4 = reinterpret_cast<const uint4 *>(gu);
@@ -133,6 +197,8 @@ template <typename T> __global__ void silu_mul_vec_kernel(const T *gu, T *out, i
 }
 
 template <typename T> __global__ void silu_mul_kernel(const T *gu, T *out, int64_t T_, int64_t F) {
+  dep_wait();
+  dep_launch();
   int64_t n = T_ * F;
   for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < n; k += int64_t(gridDim.x) * blockDim.x) {
     int64_t t = k / F, j = k % F;
@@ -146,8 +212,10 @@ template <typename T> __global__ void silu_mul_kernel(const T *gu, T *out, int64
 // them with the same 8 elements of x, which the block first copies into
 // shared memory; a warp sum, then lane 0 writes out[n].
 template <typename T>
-__global__ void gemv_kernel(const T *__restrict__ x, const T *__restrict__ w, const T *__restrict__ resid,
-                            T *__restrict__ out, int64_t N, int64_t K) {
+__global__ void gemv_kernel(const T *__restrict__ x, const T *__restrict__ w, const T *resid, T *out, int64_t N,
+                            int64_t K) { // resid may be out (an add in place)
+  dep_wait();
+  dep_launch();
   extern __shared__ uint4 xs[]; // K / 8 chunks of x
   int64_t chunks = K / 8;
   const uint4 *xg = reinterpret_cast<const uint4 *>(x);
@@ -174,18 +242,16 @@ int gemv(const void *x, const void *w, const void *resid, void *out, int64_t N, 
   constexpr int warps = 8;
   auto grid = static_cast<unsigned>((N + warps - 1) / warps);
   size_t smem = static_cast<size_t>(K) * sizeof(T);
-  gemv_kernel<T><<<grid, warps * 32, smem, s>>>(static_cast<const T *>(x), static_cast<const T *>(w),
-                                                static_cast<const T *>(resid), static_cast<T *>(out), N, K);
-  return cudaGetLastError();
+  return launch(gemv_kernel<T>, grid, warps * 32, smem, s, static_cast<const T *>(x), static_cast<const T *>(w),
+                static_cast<const T *>(resid), static_cast<T *>(out), N, K);
 }
 
 template <typename T, int V> int rms_norm_vec(const void *x, const void *w, void *out, int64_t rows, int chunks,
                                               float eps, cudaStream_t s) {
   int threads = (chunks + V - 1) / V;
   threads = (threads + 31) / 32 * 32;
-  rms_norm_vec_kernel<T, V><<<rows, threads, 0, s>>>(static_cast<const T *>(x), static_cast<const T *>(w),
-                                                     static_cast<T *>(out), chunks, eps);
-  return cudaGetLastError();
+  return launch(rms_norm_vec_kernel<T, V>, dim3(static_cast<unsigned>(rows)), threads, 0, s,
+                static_cast<const T *>(x), static_cast<const T *>(w), static_cast<T *>(out), chunks, eps);
 }
 
 template <typename T> int rms_norm(const void *x, const void *w, void *out, int64_t rows, int64_t C, float eps,
@@ -198,19 +264,17 @@ template <typename T> int rms_norm(const void *x, const void *w, void *out, int6
     if (chunks <= 2048) return rms_norm_vec<T, 2>(x, w, out, rows, static_cast<int>(chunks), eps, s);
     if (chunks <= 4096) return rms_norm_vec<T, 4>(x, w, out, rows, static_cast<int>(chunks), eps, s);
   }
-  rms_norm_kernel<T><<<rows, 256, 0, s>>>(static_cast<const T *>(x), static_cast<const T *>(w),
-                                          static_cast<T *>(out), C, eps);
-  return cudaGetLastError();
+  return launch(rms_norm_kernel<T>, dim3(static_cast<unsigned>(rows)), 256, 0, s, static_cast<const T *>(x),
+                static_cast<const T *>(w), static_cast<T *>(out), C, eps);
 }
 
 template <typename T>
 int rope_qkv(const void *qkv, const void *cos, const void *sin, const int64_t *pos, void *q, void *kc, void *vc,
              int64_t Tn, int64_t H, int64_t Hkv, int64_t D, cudaStream_t s) {
   dim3 grid(Tn, H + 2 * Hkv);
-  rope_qkv_kernel<T><<<grid, D / 2, 0, s>>>(static_cast<const T *>(qkv), static_cast<const T *>(cos),
-                                            static_cast<const T *>(sin), pos, static_cast<T *>(q),
-                                            static_cast<T *>(kc), static_cast<T *>(vc), H, Hkv, D);
-  return cudaGetLastError();
+  return launch(rope_qkv_kernel<T>, grid, static_cast<unsigned>(D / 2), 0, s, static_cast<const T *>(qkv),
+                static_cast<const T *>(cos), static_cast<const T *>(sin), pos, static_cast<T *>(q),
+                static_cast<T *>(kc), static_cast<T *>(vc), H, Hkv, D);
 }
 
 template <typename T> int silu_mul(const void *gu, void *out, int64_t Tn, int64_t F, cudaStream_t s) {
@@ -219,13 +283,12 @@ template <typename T> int silu_mul(const void *gu, void *out, int64_t Tn, int64_
   if (F % E == 0 && aligned(gu) && aligned(out)) {
     int64_t n = Tn * F / E;
     int blocks = static_cast<int>((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096);
-    silu_mul_vec_kernel<T><<<blocks, 256, 0, s>>>(static_cast<const T *>(gu), static_cast<T *>(out), Tn, F);
-    return cudaGetLastError();
+    return launch(silu_mul_vec_kernel<T>, blocks, 256, 0, s, static_cast<const T *>(gu), static_cast<T *>(out), Tn,
+                  F);
   }
   int64_t n = Tn * F;
   int blocks = static_cast<int>((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096);
-  silu_mul_kernel<T><<<blocks, 256, 0, s>>>(static_cast<const T *>(gu), static_cast<T *>(out), Tn, F);
-  return cudaGetLastError();
+  return launch(silu_mul_kernel<T>, blocks, 256, 0, s, static_cast<const T *>(gu), static_cast<T *>(out), Tn, F);
 }
 
 
@@ -271,6 +334,8 @@ __device__ inline void block_max(float &m, long long &a) {
 // absent. Threads take whole 16-byte chunks when vec (then slice % E == 0).
 template <typename T>
 __global__ void pick_part_kernel(const T *logits, int64_t V, int64_t slice, int64_t mask, bool vec, Part *parts) {
+  dep_wait();
+  dep_launch();
   constexpr int E = 16 / sizeof(T);
   const T *row = logits + blockIdx.x * V;
   int64_t j0 = blockIdx.y * slice, j1 = j0 + slice < V ? j0 + slice : V;
@@ -304,6 +369,8 @@ __global__ void pick_part_kernel(const T *logits, int64_t V, int64_t slice, int6
 
 // One thread per row merges its slices in order: p = 1 / sum exp(x - max).
 __global__ void pick_merge_kernel(const Part *parts, int64_t n, int slices, double *out) {
+  dep_wait();
+  dep_launch();
   int64_t r = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (r >= n) return;
   float m = -INFINITY, s = 0;
@@ -332,10 +399,11 @@ int pick_greedy(const void *logits, int64_t n, int64_t V, int64_t mask, double *
   bool vec = (reinterpret_cast<uintptr_t>(logits) & 15) == 0 && V % E == 0;
   if (vec) slice = (slice + E - 1) / E * E;
   auto *parts = static_cast<Part *>(scratch);
-  pick_part_kernel<T><<<dim3(static_cast<unsigned>(n), static_cast<unsigned>(slices)), kPickThreads, 0, s>>>(
-      static_cast<const T *>(logits), V, slice, mask, vec, parts);
-  pick_merge_kernel<<<static_cast<unsigned>((n + 127) / 128), 128, 0, s>>>(parts, n, static_cast<int>(slices), out);
-  return cudaGetLastError();
+  cudaError_t e = launch(pick_part_kernel<T>, dim3(static_cast<unsigned>(n), static_cast<unsigned>(slices)),
+                         kPickThreads, 0, s, static_cast<const T *>(logits), V, slice, mask, vec, parts);
+  if (e != cudaSuccess) return e;
+  return launch(pick_merge_kernel, static_cast<unsigned>((n + 127) / 128), 128, 0, s, parts, n,
+                static_cast<int>(slices), out);
 }
 
 // --- tensor-core helpers -------------------------------------------------------
@@ -420,6 +488,8 @@ __global__ void __launch_bounds__(kAThreads)
     attn_decode_kernel(const T *__restrict__ q, const T *__restrict__ kc, const T *__restrict__ vc, T *__restrict__ out,
                        int R, int G, int H, int Hkv, int S, int tps, float scale_log2, float *__restrict__ part,
                        float *__restrict__ lse) {
+  dep_wait();
+  dep_launch();
   extern __shared__ __align__(16) unsigned char smem[];
   T *Qs = reinterpret_cast<T *>(smem); // (kARows, kAD)
   T *Ks = Qs + kARows * kAD;           // (2, kAKeys, kAD)
@@ -562,34 +632,43 @@ __global__ void __launch_bounds__(kAThreads)
 }
 
 // Grid (R, Hkv), kAD threads: out row = sum_s w_s part_s / sum_s w_s with
-// w_s = 2^(lse_s - max lse).
+// w_s = 2^(lse_s - max lse). The row's lse values are staged in shared
+// memory first and the partial loads unrolled, so that several are in
+// flight (a loop of dependent global loads took 5 us at 16 splits).
 template <typename T>
 __global__ void attn_merge_kernel(const float *part, const float *lse, T *out, int R, int G, int H, int Hkv, int splits) {
+  dep_wait();
+  dep_launch();
+  __shared__ float ls[kAD]; // splits <= kAD (attn_splits)
   int r = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
+  if (d < splits) ls[d] = lse[(int64_t(d) * Hkv + h) * R + r];
+  __syncthreads();
   float mx = -INFINITY;
-  for (int s = 0; s < splits; s++) mx = fmaxf(mx, lse[(int64_t(s) * Hkv + h) * R + r]);
+  for (int s = 0; s < splits; s++) mx = fmaxf(mx, ls[s]);
   float acc = 0, wsum = 0;
+  const float *p = part + int64_t(h) * R * kAD + int64_t(r) * kAD + d;
+  const int64_t step = int64_t(Hkv) * R * kAD;
+#pragma unroll 8
   for (int s = 0; s < splits; s++) {
-    int64_t pr = (int64_t(s) * Hkv + h) * R + r;
-    float w = mx == -INFINITY ? 0.0f : exp2f(lse[pr] - mx);
-    acc += w * part[pr * kAD + d];
+    float w = mx == -INFINITY ? 0.0f : exp2f(ls[s] - mx);
+    acc += w * p[s * step];
     wsum += w;
   }
   int64_t row = int64_t(r / G) * H + int64_t(h) * G + r % G;
   out[row * kAD + d] = cast<T>(wsum > 0 ? acc / wsum : 0.0f);
 }
 
-// attn_splits spreads the key tiles so that the grid has about two CTAs
-// per SM (as many as fit at once), each with at least one tile, and at
-// most kASplits splits: the merge reads a row's splits one after another,
-// and an AR step's 16 rows over 32k keys measured 3.47 ms a step with 132
-// splits against 3.22 with 66 (H200).
-constexpr int64_t kASplits = 64;
+// attn_splits spreads the key tiles so that the grid has about
+// g_ctas_per_sm CTAs per SM (two fit at once), each with at least
+// g_min_tiles tiles, and at most g_splits_cap splits: the merge reads all
+// of a row's splits, and an AR step's 16 rows over 32k keys measured 3.47
+// ms a step with 132 splits against 3.22 with 66 (H200).
 int attn_splits(int64_t R, int64_t Hkv, int64_t S) {
   int64_t base = (R + kARows - 1) / kARows * Hkv, tiles = (S + kAKeys - 1) / kAKeys;
-  int64_t want = (2 * sm_count() + base - 1) / base;
-  if (want > kASplits) want = kASplits;
-  int64_t splits = want < tiles ? want : tiles;
+  int64_t want = (g_ctas_per_sm * sm_count() + base - 1) / base;
+  if (want > g_splits_cap) want = g_splits_cap;
+  int64_t most = tiles / g_min_tiles;
+  int64_t splits = want < most ? want : most;
   if (splits < 1) splits = 1;
   // Equal tiles per split, and no split left without one.
   int64_t tps = (tiles + splits - 1) / splits;
@@ -613,15 +692,14 @@ int attn_decode(const void *q, const void *kc, const void *vc, void *out, int64_
   float *part = static_cast<float *>(scratch);
   float *lse = part + int64_t(splits) * Hkv * R * kAD;
   dim3 grid(static_cast<unsigned>((R + kARows - 1) / kARows), static_cast<unsigned>(Hkv), static_cast<unsigned>(splits));
-  attn_decode_kernel<T><<<grid, kAThreads, smem, st>>>(
-      static_cast<const T *>(q), static_cast<const T *>(kc), static_cast<const T *>(vc), static_cast<T *>(out),
-      static_cast<int>(R), static_cast<int>(G), static_cast<int>(H), static_cast<int>(Hkv), static_cast<int>(S), tps,
-      scale * 1.4426950408889634f, part, lse);
-  if (splits > 1)
-    attn_merge_kernel<T><<<dim3(static_cast<unsigned>(R), static_cast<unsigned>(Hkv)), kAD, 0, st>>>(
-        part, lse, static_cast<T *>(out), static_cast<int>(R), static_cast<int>(G), static_cast<int>(H),
-        static_cast<int>(Hkv), splits);
-  return cudaGetLastError();
+  cudaError_t e = launch(attn_decode_kernel<T>, grid, kAThreads, smem, st, static_cast<const T *>(q),
+                         static_cast<const T *>(kc), static_cast<const T *>(vc), static_cast<T *>(out),
+                         static_cast<int>(R), static_cast<int>(G), static_cast<int>(H), static_cast<int>(Hkv),
+                         static_cast<int>(S), tps, scale * 1.4426950408889634f, part, lse);
+  if (e != cudaSuccess || splits == 1) return e;
+  return launch(attn_merge_kernel<T>, dim3(static_cast<unsigned>(R), static_cast<unsigned>(Hkv)), kAD, 0, st, part,
+                lse, static_cast<T *>(out), static_cast<int>(R), static_cast<int>(G), static_cast<int>(H),
+                static_cast<int>(Hkv), splits);
 }
 
 } // namespace
@@ -689,6 +767,13 @@ int dtk_attn_decode(int dtype, const void *q, const void *kc, const void *vc, vo
 int64_t dtk_attn_decode_scratch(int64_t T, int64_t H, int64_t Hkv, int64_t S) {
   int64_t R = T * (H / Hkv), splits = attn_splits(R, Hkv, S);
   return splits > 1 ? splits * Hkv * R * (kAD + 1) : 0;
+}
+
+void dtk_tune(int pdl, int splits_cap, int ctas_per_sm, int min_tiles) {
+  if (pdl >= 0) g_pdl = pdl ? 1 : 0;
+  if (splits_cap > 0) g_splits_cap = splits_cap < kAD ? splits_cap : kAD;
+  if (ctas_per_sm > 0) g_ctas_per_sm = ctas_per_sm;
+  if (min_tiles > 0) g_min_tiles = min_tiles;
 }
 
 } // extern "C"

@@ -56,6 +56,13 @@ int dtk_attn_decode(int dtype, const void *q, const void *kc, const void *vc, vo
                     int64_t Hkv, int64_t S, float scale, void *scratch, void *stream);
 int64_t dtk_attn_decode_scratch(int64_t T, int64_t H, int64_t Hkv, int64_t S);
 
+// For probes (scripts/gpu_attn_probe.py): programmatic dependent launch of
+// these kernels on (1) or off (0), and dtk_attn_decode's split of the keys
+// (at most splits_cap splits, about ctas_per_sm CTAs per SM, at least
+// min_tiles 64-key tiles a split). A value <= 0 (pdl < 0) leaves a setting
+// as it is; the defaults are the decoder's. Not for use while kernels run.
+void dtk_tune(int pdl, int splits_cap, int ctas_per_sm, int min_tiles);
+
 #ifdef __cplusplus
 }
 #endif

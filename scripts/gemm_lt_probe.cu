@@ -1,0 +1,180 @@
+// The skinny matmuls of a MiniCPM5-2B layer through cuBLASLt with every
+// algorithm its heuristic offers, timed one by one, against cublasGemmEx's
+// default (what libtorch's addmm and linear call for bf16). Each runs in a
+// CUDA graph cycling over 12 copies of the weight so the H200's 50 MB L2
+// cannot serve repeated reads (as scripts/gpu_gemm_probe.py). The question
+// it answers: does a per-shape algorithm choice beat cuBLAS's default at
+// 1-64 rows, and by how much a layer. docs/performance.md has the figures.
+//
+//     nvcc -O2 -std=c++17 -o /tmp/gemm_lt_probe scripts/gemm_lt_probe.cu -lcublasLt -lcublas
+//     /tmp/gemm_lt_probe
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <vector>
+
+#define CK(x) do { auto e_ = (x); if (e_ != 0) { std::fprintf(stderr, "%s:%d: %s = %d\n", __FILE__, __LINE__, #x, (int)e_); std::exit(1); } } while (0)
+
+static const int R = 12, REPS = 4;
+
+__global__ void fill(__nv_bfloat16 *p, size_t n, unsigned seed, float scale) {
+  size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  unsigned h = (unsigned)i * 2654435761u ^ seed;
+  h ^= h >> 13; h *= 0x5bd1e995u; h ^= h >> 15;
+  p[i] = __float2bfloat16(((h & 0xffff) / 65535.f - 0.5f) * scale);
+}
+
+static __nv_bfloat16 *rand_bf16(size_t n, unsigned seed, float scale) {
+  __nv_bfloat16 *p;
+  CK(cudaMalloc(&p, n * 2));
+  fill<<<(n + 255) / 256, 256>>>(p, n, seed, scale);
+  return p;
+}
+
+// Microseconds per call of f(r) over the R weight copies, in a CUDA graph.
+static double timed(cudaStream_t s, const std::function<void(int)> &f) {
+  for (int r = 0; r < R; r++) f(r); // warm, outside capture
+  CK(cudaStreamSynchronize(s));
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  for (int k = 0; k < REPS; k++)
+    for (int r = 0; r < R; r++) f(r);
+  CK(cudaStreamEndCapture(s, &g));
+  CK(cudaGraphInstantiateWithFlags(&ge, g, 0));
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  for (int i = 0; i < 3; i++) CK(cudaGraphLaunch(ge, s));
+  std::vector<float> ts;
+  for (int i = 0; i < 9; i++) {
+    cudaEventRecord(a, s);
+    CK(cudaGraphLaunch(ge, s));
+    cudaEventRecord(b, s);
+    CK(cudaEventSynchronize(b));
+    float ms;
+    cudaEventElapsedTime(&ms, a, b);
+    ts.push_back(ms);
+  }
+  std::sort(ts.begin(), ts.end());
+  cudaGraphExecDestroy(ge);
+  cudaGraphDestroy(g);
+  return ts[ts.size() / 2] * 1e3 / (REPS * R);
+}
+
+int main() {
+  const int C = 2048, F = 6144, H = 16, Hkv = 2, D = 128;
+  struct Shape { const char *name; int n, k; };
+  Shape shapes[] = {{"qkv", (H + 2 * Hkv) * D, C}, {"o", C, H * D}, {"gate_up", 2 * F, C}, {"down", C, F}};
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cublasHandle_t bh;
+  CK(cublasCreate(&bh));
+  CK(cublasSetStream(bh, s));
+  cublasLtHandle_t lt;
+  CK(cublasLtCreate(&lt));
+  size_t wsz = 32u << 20;
+  void *ws;
+  CK(cudaMalloc(&ws, wsz));
+  CK(cublasSetWorkspace(bh, ws, wsz));
+  void *ws2;
+  CK(cudaMalloc(&ws2, wsz));
+  int dev;
+  cudaGetDevice(&dev);
+  cudaDeviceProp prop;
+  cudaGetDeviceProperties(&prop, dev);
+  std::printf("%s, cuBLASLt %zu\n", prop.name, cublasLtGetVersion());
+
+  double tot_def[3] = {0, 0, 0}, tot_best[3] = {0, 0, 0};
+  int Ms[3] = {1, 32, 64};
+  for (auto &sh : shapes) {
+    std::vector<__nv_bfloat16 *> W;
+    for (int r = 0; r < R; r++) W.push_back(rand_bf16((size_t)sh.n * sh.k, 17 + r, 0.04f));
+    for (int mi = 0; mi < 3; mi++) {
+      int M = Ms[mi];
+      __nv_bfloat16 *x = rand_bf16((size_t)M * sh.k, 5, 2.f), *res = rand_bf16((size_t)M * sh.n, 7, 1.f);
+      __nv_bfloat16 *out, *ref;
+      CK(cudaMalloc(&out, (size_t)M * sh.n * 2));
+      CK(cudaMalloc(&ref, (size_t)M * sh.n * 2));
+      float one = 1.f;
+      // 1. The default: D = W^T-view times x, beta 1 onto a copy of the
+      // residual, as libtorch's addmm does (copy, then gemm).
+      auto def = [&](int r, __nv_bfloat16 *o) {
+        CK(cudaMemcpyAsync(o, res, (size_t)M * sh.n * 2, cudaMemcpyDeviceToDevice, s));
+        CK(cublasGemmEx(bh, CUBLAS_OP_T, CUBLAS_OP_N, sh.n, M, sh.k, &one, W[r], CUDA_R_16BF, sh.k, x,
+                        CUDA_R_16BF, sh.k, &one, o, CUDA_R_16BF, sh.n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      };
+      double t_def = timed(s, [&](int r) { def(r, out); });
+      double t_lin = timed(s, [&](int r) {
+        float zero = 0.f;
+        CK(cublasGemmEx(bh, CUBLAS_OP_T, CUBLAS_OP_N, sh.n, M, sh.k, &one, W[r], CUDA_R_16BF, sh.k, x,
+                        CUDA_R_16BF, sh.k, &zero, out, CUDA_R_16BF, sh.n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      });
+      def(0, ref);
+      // 2. cuBLASLt: the same product with C = residual and D = out (no copy).
+      cublasLtMatmulDesc_t md;
+      CK(cublasLtMatmulDescCreate(&md, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+      cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+      CK(cublasLtMatmulDescSetAttribute(md, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+      CK(cublasLtMatmulDescSetAttribute(md, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+      cublasLtMatrixLayout_t la, lb, lc;
+      CK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, sh.k, sh.n, sh.k));
+      CK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, sh.k, M, sh.k));
+      CK(cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, sh.n, M, sh.n));
+      cublasLtMatmulPreference_t pref;
+      CK(cublasLtMatmulPreferenceCreate(&pref));
+      CK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsz, sizeof wsz));
+      cublasLtMatmulHeuristicResult_t hr[64];
+      int nres = 0;
+      CK(cublasLtMatmulAlgoGetHeuristic(lt, md, la, lb, lc, lc, pref, 64, hr, &nres));
+      double best = 1e9, first = 0;
+      int bi = -1;
+      float besterr = 0;
+      std::vector<__nv_bfloat16> hr_out((size_t)M * sh.n), hr_ref((size_t)M * sh.n);
+      CK(cudaMemcpy(hr_ref.data(), ref, hr_ref.size() * 2, cudaMemcpyDeviceToHost));
+      for (int i = 0; i < nres; i++) {
+        if (hr[i].state != CUBLAS_STATUS_SUCCESS) continue;
+        auto run = [&](int r) {
+          CK(cublasLtMatmul(lt, md, &one, W[r], la, x, lb, &one, res, lc, out, lc, &hr[i].algo, ws2,
+                            hr[i].workspaceSize, s));
+        };
+        double t = timed(s, run);
+        run(0);
+        CK(cudaMemcpy(hr_out.data(), out, hr_out.size() * 2, cudaMemcpyDeviceToHost));
+        double num = 0, den = 0;
+        for (size_t j = 0; j < hr_out.size(); j++) {
+          double a = __bfloat162float(hr_out[j]), b = __bfloat162float(hr_ref[j]);
+          num += (a - b) * (a - b);
+          den += b * b;
+        }
+        float err = (float)std::sqrt(num / den);
+        if (i == 0) first = t;
+        if (t < best) best = t, bi = i, besterr = err;
+      }
+      double floor_us = (double)sh.n * sh.k * 2 / 4.3e9 * 1e6 / 1e3;
+      std::printf("M=%2d %-8s gemmEx+copy %6.1f  gemmEx(beta0) %6.1f  lt-first %6.1f  lt-best %6.1f (#%d of %d, ws %zu, err %.1e)  floor %5.1f us\n",
+                  M, sh.name, t_def, t_lin, first, best, bi, nres, bi >= 0 ? hr[bi].workspaceSize : 0, besterr, floor_us);
+      tot_def[mi] += t_def;
+      tot_best[mi] += best;
+      cublasLtMatmulPreferenceDestroy(pref);
+      cublasLtMatrixLayoutDestroy(la);
+      cublasLtMatrixLayoutDestroy(lb);
+      cublasLtMatrixLayoutDestroy(lc);
+      cublasLtMatmulDescDestroy(md);
+      cudaFree(x); cudaFree(res); cudaFree(out); cudaFree(ref);
+    }
+    for (auto w : W) cudaFree(w);
+  }
+  for (int mi = 0; mi < 3; mi++)
+    std::printf("M=%2d per layer: default %.1f us, best cuBLASLt %.1f us (x42: %.2f -> %.2f ms)\n", Ms[mi], tot_def[mi],
+                tot_best[mi], tot_def[mi] * 42e-3, tot_best[mi] * 42e-3);
+  return 0;
+}
