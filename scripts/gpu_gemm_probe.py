@@ -64,3 +64,44 @@ for M in (1, 32, 64):
 for M in (1, 32, 64):
     per = ", ".join(f"{key} {v:.1f} us" for (m, key), v in tot.items() if m == M)
     print(f"M={M}: per layer {per}; x42 linear {tot[(M, 'linear')] * 42 / 1000:.2f} ms")
+
+# The GEMV with the step before it folded in (dtk_gemv_in): RMSNorm before
+# the QKV and gate-up matmuls, SiLU(gate) * up before the down matmul. Its
+# output must equal the two kernels in turn (dtk_rms_norm or dtk_silu_mul,
+# then dtk_gemv) bit for bit; times for one call against the pair.
+if gemv is not None and hasattr(lib, "dtk_gemv_in"):
+    gin = lib.dtk_gemv_in
+    gin.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_float] + \
+        [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 2 + [ctypes.c_void_p]
+    norm = lib.dtk_rms_norm
+    norm.argtypes = [ctypes.c_int] + [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 2 + [ctypes.c_float, ctypes.c_void_p]
+    silu = lib.dtk_silu_mul
+    silu.argtypes = [ctypes.c_int] + [ctypes.c_void_p] * 2 + [ctypes.c_int64] * 2 + [ctypes.c_void_p]
+    st = lambda: torch.cuda.current_stream().cuda_stream
+    eps = 1e-6
+    for name, (n, k), mode in [("qkv", shapes["qkv"], 1), ("gate_up", shapes["gate_up"], 1),
+                               ("down", shapes["down"], 2)]:
+        ws = [torch.randn(n, k, dtype=dt, device=dev) * 0.02 for _ in range(12)]
+        x = torch.randn(1, k * (2 if mode == 2 else 1), dtype=dt, device=dev)
+        nw = torch.rand(k, dtype=dt, device=dev) + 0.5
+        mid = torch.empty(1, k, dtype=dt, device=dev)
+        a, b = torch.empty(1, n, dtype=dt, device=dev), torch.empty(1, n, dtype=dt, device=dev)
+
+        def fused(w):
+            assert gin(DT_BF16, mode, x.data_ptr(), nw.data_ptr(), eps, w.data_ptr(), None, a.data_ptr(), n, k,
+                       st()) == 0
+
+        def pair(w):
+            if mode == 1:
+                assert norm(DT_BF16, x.data_ptr(), nw.data_ptr(), mid.data_ptr(), 1, k, eps, st()) == 0
+            else:
+                assert silu(DT_BF16, x.data_ptr(), mid.data_ptr(), 1, k, st()) == 0
+            assert gemv(DT_BF16, mid.data_ptr(), w.data_ptr(), None, b.data_ptr(), n, k, st()) == 0
+
+        fused(ws[0])
+        pair(ws[0])
+        torch.cuda.synchronize()
+        same = torch.equal(a, b)
+        tf, tp = timed([lambda w=w: fused(w) for w in ws]), timed([lambda w=w: pair(w) for w in ws])
+        print(f"gemv_in {name:8s} ({'norm' if mode == 1 else 'silu'}): fused {tf:5.1f} us, two kernels {tp:5.1f} us, "
+              f"{'equal' if same else 'DIFFERENT'}")

@@ -785,7 +785,10 @@ dt_err dt_detach(dt_tensor t, dt_tensor *out) {
 //   - per-layer CUDA graphs ("piecewise", as vLLM does): everything between
 //     two attentions is one graph, captured once per query length T, with
 //     the input ids and positions in static buffers; attention runs eagerly
-//     between the graphs because its KV length changes every step;
+//     between the graphs because its KV length changes every step; where
+//     every row sees all keys (denoising blocks, AR steps) and kernels.cu's
+//     attention runs, one graph for the whole forward instead, the
+//     attention reading the KV length from the positions on the device;
 //   - with nvcc (DLLM_KERNELS), RMSNorm, RoPE with the cache write and
 //     SiLU-mul as single kernels (kernels.cu), a GEMV for one-token
 //     forwards, and kernels.cu's attention for rows without a mask
@@ -803,6 +806,7 @@ struct DecLayer {
 // Captured is one query length's graphs: graph i computes layer i-1's
 // output projection and MLP (nothing for i = 0, which embeds instead) and
 // layer i's norm, QKV, RoPE and cache write (the final norm for i = L).
+// A whole-forward capture has one graph and no per-layer buffers.
 struct Captured {
   std::vector<std::unique_ptr<at::cuda::CUDAGraph>> g;
   at::Tensor ids, pos;        // static inputs (T) int64
@@ -826,8 +830,9 @@ struct Decoder {
   bool kernels = false; // RMSNorm, RoPE and SiLU-mul through kernels.cu
   bool gemv = false;    // kernels.cu's GEMV for one-token forwards
   bool attn = false;    // kernels.cu's attention for rows without a mask (head dim 128)
+  bool whole = false;   // one graph per forward where attention is attn's
   int graphs = 0;      // capture graphs for query lengths up to this
-  std::map<int64_t, int> seen; // forwards per query length, before capture
+  std::map<int64_t, int> seen; // forwards per capture key (see forward), before capture
 #ifdef DLLM_CUDA
   std::map<int64_t, Captured> captured;
   c10::optional<c10::cuda::CUDAStream> side;
@@ -857,33 +862,62 @@ struct Decoder {
   // lin is x (T, K) w (N, K)^T; given acc (T, N) it adds the product into
   // acc in place and returns acc: the residual add rides in the matmul
   // (beta 1) without the copy of the residual that addmm makes (1.1-1.6 us
-  // a call on an H200, scripts/gemm_lt_probe.cu). A forward of a single
-  // token (AR decoding) takes kernels.cu's GEMV (measured on an H200: 35
-  // against 39 us of matmuls a layer; slower from 2 rows on).
+  // a call on an H200, scripts/gemm_lt_probe.cu).
   at::Tensor lin(const at::Tensor &x, const at::Tensor &w, const at::Tensor &acc = at::Tensor()) {
+    return lin_in(x, w, kIn, at::Tensor(), acc);
+  }
+
+  // lin_in is lin of x's RMSNorm with weight nw (in = kInNorm) or of
+  // silu(gate) * up for x = (gate, up) (in = kInSiluMul). A forward of a
+  // single token (AR decoding) takes kernels.cu's GEMV, which does that
+  // step itself while it stages x (one kernel instead of two) and streams
+  // the weights once (measured on an H200: 35 against 39 us of matmuls a
+  // layer for the plain GEMV; slower than cuBLAS from 2 rows on).
+  static constexpr int kIn = 0, kInNorm = 1, kInSiluMul = 2;
+  at::Tensor lin_in(const at::Tensor &x, const at::Tensor &w, int in, const at::Tensor &nw,
+                    const at::Tensor &acc = at::Tensor()) {
 #ifdef DLLM_KERNELS
     auto aligned = [](const at::Tensor &t) { return (reinterpret_cast<uintptr_t>(t.data_ptr()) & 15) == 0; };
-    if (gemv && x.size(0) == 1 && x.size(1) % 8 == 0 && x.size(1) <= DTK_GEMV_MAX_K && x.is_contiguous() &&
-        w.is_contiguous() && aligned(x) && aligned(w) && (!acc.defined() || acc.is_contiguous())) {
+    auto K = w.size(1);
+    if (gemv && x.size(0) == 1 && K % 8 == 0 && K <= DTK_GEMV_MAX_K && x.size(1) == (in == kInSiluMul ? 2 * K : K) &&
+        x.is_contiguous() && w.is_contiguous() && aligned(x) && aligned(w) && (!acc.defined() || acc.is_contiguous()) &&
+        (in != kInNorm || (nw.is_contiguous() && aligned(nw)))) {
+      static_assert(kInNorm == DTK_GEMV_NORM && kInSiluMul == DTK_GEMV_SILU_MUL, "lin_in's codes are kernels.h's");
       auto out = acc.defined() ? acc : at::empty({1, w.size(0)}, x.options());
-      check_launch(dtk_gemv(static_cast<int>(x.scalar_type()), x.data_ptr(), w.data_ptr(),
-                            acc.defined() ? acc.data_ptr() : nullptr, out.data_ptr(), w.size(0), x.size(1),
-                            stream()),
+      check_launch(dtk_gemv_in(static_cast<int>(x.scalar_type()), in, x.data_ptr(),
+                               in == kInNorm ? nw.data_ptr() : nullptr, static_cast<float>(eps), w.data_ptr(),
+                               acc.defined() ? acc.data_ptr() : nullptr, out.data_ptr(), w.size(0), K, stream()),
                    "gemv");
       return out;
     }
 #endif
-    if (!acc.defined()) return at::linear(x, w);
+    auto h = in == kInNorm ? norm_(x, nw) : in == kInSiluMul ? silu_mul_(x) : x;
+    if (!acc.defined()) return at::linear(h, w);
     auto a = acc; // addmm_ on a handle to acc's storage, which the caller's const reference cannot take
-    return a.addmm_(x, w.t());
+    return a.addmm_(h, w.t());
+  }
+
+  // silu_mul_ is silu(gu[:, :F]) * gu[:, F:] for gu (T, 2F).
+  at::Tensor silu_mul_(const at::Tensor &gu) {
+    auto F = gu.size(1) / 2;
+#ifdef DLLM_KERNELS
+    if (kernels) {
+      auto a = at::empty({gu.size(0), F}, gu.options());
+      check_launch(dtk_silu_mul(static_cast<int>(gu.scalar_type()), gu.data_ptr(), a.data_ptr(), gu.size(0), F,
+                                stream()),
+                   "silu_mul");
+      return a;
+    }
+#endif
+    return at::silu(gu.narrow(1, 0, F)) * gu.narrow(1, F, F);
   }
 
   // pre is layer l's attention input: RMSNorm, fused QKV, RoPE; it writes the
   // keys and values of positions (T) into the cache and returns q (1, T, H, D).
   at::Tensor pre(DecLayer &ly, const at::Tensor &x, const at::Tensor &positions) {
     auto Tn = x.size(0);
-    auto h = norm_(x, ly.n1);
-    auto qkv = ly.bqkv.defined() ? at::linear(h, ly.wqkv, ly.bqkv) : lin(h, ly.wqkv); // (T, (H+2Hkv)D)
+    auto qkv = ly.bqkv.defined() ? at::linear(norm_(x, ly.n1), ly.wqkv, ly.bqkv)
+                                 : lin_in(x, ly.wqkv, kInNorm, ly.n1); // (T, (H+2Hkv)D)
 #ifdef DLLM_KERNELS
     if (kernels) {
       auto q = at::empty({Tn, H, D}, x.options());
@@ -917,7 +951,7 @@ struct Decoder {
   // the next block's first denoising step in one forward.
   at::Tensor attend(DecLayer &ly, const at::Tensor &q, int64_t pos, int64_t c, const at::Tensor &dst = at::Tensor()) {
     auto Tn = q.size(1), S = pos + Tn, G = H / Hkv;
-    double sc = scale > 0 ? scale : 1.0 / std::sqrt(static_cast<double>(D));
+    double sc = attn_scale();
 #ifdef DLLM_CUDA
     if (flash) {
       if (c > 0 && c < Tn) {
@@ -947,7 +981,26 @@ struct Decoder {
     return y.transpose(1, 2).reshape({Tn, Hkv, G, D});
   }
 
+  double attn_scale() const { return scale > 0 ? scale : 1.0 / std::sqrt(static_cast<double>(D)); }
+
 #ifdef DLLM_CUDA
+#ifdef DLLM_KERNELS
+  // attend_all is attention of q (1, T, H, D) over the cache slots up to
+  // the last row's position, which kernels.cu reads on the device: every
+  // row sees every key (causal only for T = 1); (T, H*D).
+  at::Tensor attend_all(DecLayer &ly, const at::Tensor &q, const at::Tensor &positions) {
+    auto Tn = q.size(1), Smax = cos.size(0);
+    auto out = at::empty({Tn, H * D}, q.options());
+    auto scratch = at::empty({dtk_attn_decode_scratch(Tn, H, Hkv, Smax)}, q.options().dtype(at::kFloat));
+    check_launch(dtk_attn_decode_pos(static_cast<int>(q.scalar_type()), q.data_ptr(), ly.kc.data_ptr(),
+                                     ly.vc.data_ptr(), out.data_ptr(), Tn, H, Hkv, Smax,
+                                     positions.data_ptr<int64_t>(), static_cast<float>(attn_scale()),
+                                     scratch.data_ptr(), stream()),
+                 "attn_decode");
+    return out;
+  }
+#endif
+
   // flash_part is FlashAttention over slots [0, S) for q (1, T, H, D), the
   // last T of which are q's own; (T, Hkv, G, D), in dst (T, H*D) when given
   // and the path can write there.
@@ -989,21 +1042,10 @@ struct Decoder {
   // post (a forward's graphs all hand the one residual buffer on).
   at::Tensor post(DecLayer &ly, const at::Tensor &x, const at::Tensor &ao) {
     auto y = lin(ao, ly.wo, x);
-    auto h = norm_(y, ly.n2);
-    auto gu = lin(h, ly.wgu); // (T, 2F)
-    auto F = gu.size(1) / 2;
-    at::Tensor a;
-#ifdef DLLM_KERNELS
-    if (kernels) {
-      a = at::empty({gu.size(0), F}, gu.options());
-      check_launch(dtk_silu_mul(static_cast<int>(gu.scalar_type()), gu.data_ptr(), a.data_ptr(), gu.size(0), F,
-                                stream()),
-                   "silu_mul");
-    }
-#endif
-    if (!a.defined()) a = at::silu(gu.narrow(1, 0, F)) * gu.narrow(1, F, F);
-    return lin(a, ly.wdown, y);
+    auto gu = lin_in(y, ly.wgu, kInNorm, ly.n2); // (T, 2F)
+    return lin_in(gu, ly.wdown, kInSiluMul, at::Tensor(), y);
   }
+
 
   // eager is the forward without graphs; it returns the final hidden states.
   at::Tensor eager(const at::Tensor &ids, int64_t pos, int64_t causal) {
@@ -1020,13 +1062,28 @@ struct Decoder {
 #ifdef DLLM_CUDA
   // capture records query length T's graphs on the side stream, on which the
   // caller has just run an eager forward of the same length (so cuBLAS has
-  // its workspace there). Capturing only records: nothing runs.
-  void capture(int64_t Tn) {
+  // its workspace there). Capturing only records: nothing runs. all: one
+  // graph for the whole forward (see forward), under capture key -T.
+  void capture(int64_t Tn, bool all) {
     auto dev = embed.device();
     Captured c;
     auto lo = at::TensorOptions().dtype(at::kLong).device(dev);
     c.ids = at::zeros({Tn}, lo);
     c.pos = at::arange(0, Tn, lo);
+#ifdef DLLM_KERNELS
+    if (all) {
+      auto g = std::make_unique<at::cuda::CUDAGraph>();
+      g->capture_begin(pool, cudaStreamCaptureModeThreadLocal);
+      auto x = embed.index_select(0, c.ids);
+      for (auto &ly : layers) x = post(ly, x, attend_all(ly, pre(ly, x, c.pos), c.pos));
+      c.hn = norm_(x, norm);
+      g->capture_end();
+      if (pool.first == 0 && pool.second == 0) pool = g->pool();
+      c.g.push_back(std::move(g));
+      captured.emplace(-Tn, std::move(c));
+      return;
+    }
+#endif
     for (size_t l = 0; l < layers.size(); l++) c.ao.push_back(at::zeros({Tn, H * D}, embed.options()));
     for (size_t i = 0; i <= layers.size(); i++) {
       auto g = std::make_unique<at::cuda::CUDAGraph>();
@@ -1039,7 +1096,7 @@ struct Decoder {
       }
       c.x.push_back(x);
       g->capture_end();
-      if (i == 0) pool = g->pool();
+      if (pool.first == 0 && pool.second == 0) pool = g->pool();
       c.g.push_back(std::move(g));
     }
     captured.emplace(Tn, std::move(c));
@@ -1049,6 +1106,10 @@ struct Decoder {
     auto Tn = ids.numel();
     c.ids.copy_(ids);
     at::arange_out(c.pos, pos, pos + Tn, 1);
+    if (c.g.size() == 1) { // a whole-forward graph
+      c.g[0]->replay();
+      return c.hn;
+    }
     for (size_t l = 0; l < layers.size(); l++) {
       c.g[l]->replay();
       auto a = attend(layers[l], c.q[l], pos, causal, c.ao[l]);
@@ -1067,11 +1128,15 @@ struct Decoder {
                 ") exceed the context of ", cos.size(0));
 #ifdef DLLM_CUDA
     if (graphs > 0 && Tn <= graphs) {
-      auto it = captured.find(Tn);
+      // Forwards whose rows all see every key get one graph (key -T);
+      // those with a causal part, per-layer graphs (key T).
+      bool all = whole && (causal == 0 || Tn == 1);
+      int64_t key = all ? -Tn : Tn;
+      auto it = captured.find(key);
       if (it != captured.end()) return replay(it->second, ids, pos, causal);
-      // The second forward of a length captures it: prefill lengths that
+      // The second forward of a kind captures it: prefill lengths that
       // come once are never captured.
-      if (++seen[Tn] >= 2) {
+      if (++seen[key] >= 2) {
         auto cur = c10::cuda::getCurrentCUDAStream();
         if (!side) side = c10::cuda::getStreamFromPool(false, cur.device_index());
         // Once per length: plain synchronisation is cheap enough.
@@ -1080,7 +1145,7 @@ struct Decoder {
         {
           c10::cuda::CUDAStreamGuard sg(*side);
           h = eager(ids, pos, causal);
-          capture(Tn);
+          capture(Tn, all);
         }
         side->synchronize();
         return h;
@@ -1142,6 +1207,9 @@ dt_err dt_decoder_new(dt_tensor embed, dt_tensor norm, dt_tensor head, const dt_
     // DLLM_ATTN=0 keeps FlashAttention for every attention (to measure).
     const char *at_ = std::getenv("DLLM_ATTN");
     d->attn = d->kernels && d->flash && d->D == 128 && !(at_ && std::string(at_) == "0");
+    // DLLM_WHOLE_GRAPH=0 keeps per-layer graphs for every forward (to measure).
+    const char *wg = std::getenv("DLLM_WHOLE_GRAPH");
+    d->whole = d->attn && !(wg && std::string(wg) == "0");
 #endif
 #ifdef DLLM_CUDA
     d->graphs = cuda ? graphs : 0;

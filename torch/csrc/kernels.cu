@@ -207,43 +207,104 @@ template <typename T> __global__ void silu_mul_kernel(const T *gu, T *out, int64
   }
 }
 
+// The one-row GEMV's input, staged in shared memory: x as it is; x through
+// RMSNorm (weight aux, eps; rounding as rms_norm_vec_kernel); or x = (gate,
+// up), 2K values, through SiLU(gate) * up (as silu_mul_vec_kernel). The
+// last two fold an AR step's small kernels into the matmul after them
+// (DTK_GEMV_PLAIN, DTK_GEMV_NORM, DTK_GEMV_SILU_MUL in kernels.h).
+
 // One warp per weight row n: each lane streams 8 elements (16 bytes) of the
 // row at a time, unrolled so that several loads are in flight, and dots
-// them with the same 8 elements of x, which the block first copies into
-// shared memory; a warp sum, then lane 0 writes out[n].
-template <typename T>
-__global__ void gemv_kernel(const T *__restrict__ x, const T *__restrict__ w, const T *resid, T *out, int64_t N,
-                            int64_t K) { // resid may be out (an add in place)
+// them with the same 8 elements of x, which the block first stages in
+// shared memory; a warp sum, then lane 0 writes out[n]. With KC = K / 256
+// known at compile time the lane's whole share of the row is loaded into
+// registers before dep_wait: the weights do not depend on the kernel
+// before, so their first loads overlap its end.
+template <typename T, int IN, int KC>
+__global__ void __launch_bounds__(256)
+    gemv_kernel(const T *__restrict__ x, const T *__restrict__ w, const T *resid, T *out, int64_t N, int64_t K,
+                const T *__restrict__ aux, float eps) { // resid may be out (an add in place)
+  constexpr int E = 8;
+  extern __shared__ uint4 xs[]; // K / 8 chunks of the input
+  const int64_t chunks = K / E, n = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const uint4 *wr = reinterpret_cast<const uint4 *>(w + (n < N ? n : 0) * K);
+  uint4 wv[KC > 0 ? KC : 1];
+#pragma unroll
+  for (int i = 0; i < KC; i++) wv[i] = __ldg(wr + lane + 32 * i);
   dep_wait();
   dep_launch();
-  extern __shared__ uint4 xs[]; // K / 8 chunks of x
-  int64_t chunks = K / 8;
+
+  // 1. Stage the input.
   const uint4 *xg = reinterpret_cast<const uint4 *>(x);
-  for (int64_t c = threadIdx.x; c < chunks; c += blockDim.x) xs[c] = xg[c];
-  __syncthreads();
-  int64_t n = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-  int lane = threadIdx.x % 32;
-  if (n >= N) return;
-  const uint4 *wr = reinterpret_cast<const uint4 *>(w + n * K);
-  float acc = 0;
-#pragma unroll 8
-  for (int64_t c = lane; c < chunks; c += 32) {
-    uint4 wv = __ldg(wr + c), xv = xs[c];
-    const T *we = reinterpret_cast<const T *>(&wv), *xe = reinterpret_cast<const T *>(&xv);
+  float ss = 0;
+  for (int64_t c = threadIdx.x; c < chunks; c += blockDim.x) {
+    uint4 v = xg[c], y;
+    const T *e = reinterpret_cast<const T *>(&v);
+    if (IN == DTK_GEMV_SILU_MUL) {
+      uint4 uv = xg[chunks + c];
+      const T *ue = reinterpret_cast<const T *>(&uv);
+      T *ye = reinterpret_cast<T *>(&y);
 #pragma unroll
-    for (int e = 0; e < 8; e++) acc += f32(we[e]) * f32(xe[e]);
+      for (int i = 0; i < E; i++) {
+        float g = f32(e[i]);
+        ye[i] = cast<T>(round<T>(g / (1.0f + __expf(-g))) * f32(ue[i]));
+      }
+      v = y;
+    } else if (IN == DTK_GEMV_NORM) {
+#pragma unroll
+      for (int i = 0; i < E; i++) ss += f32(e[i]) * f32(e[i]);
+    }
+    xs[c] = v;
+  }
+  if (IN == DTK_GEMV_NORM) {
+    float r = rsqrtf(block_sum(ss) / static_cast<float>(K) + eps); // block_sum synchronises
+    const uint4 *ag = reinterpret_cast<const uint4 *>(aux);
+    for (int64_t c = threadIdx.x; c < chunks; c += blockDim.x) { // each thread its own chunks again
+      uint4 v = xs[c], av = ag[c], y;
+      const T *e = reinterpret_cast<const T *>(&v), *ae = reinterpret_cast<const T *>(&av);
+      T *ye = reinterpret_cast<T *>(&y);
+#pragma unroll
+      for (int i = 0; i < E; i++) ye[i] = cast<T>(f32(ae[i]) * round<T>(f32(e[i]) * r));
+      xs[c] = y;
+    }
+  }
+  __syncthreads();
+  if (n >= N) return;
+
+  // 2. The row's dot product, in the same order either way.
+  float acc = 0;
+  auto dot = [&](uint4 a, uint4 b) {
+    const T *ae = reinterpret_cast<const T *>(&a), *be = reinterpret_cast<const T *>(&b);
+#pragma unroll
+    for (int e = 0; e < E; e++) acc += f32(ae[e]) * f32(be[e]);
+  };
+  if (KC > 0) {
+#pragma unroll
+    for (int i = 0; i < KC; i++) dot(wv[i], xs[lane + 32 * i]);
+  } else {
+#pragma unroll 8
+    for (int64_t c = lane; c < chunks; c += 32) dot(__ldg(wr + c), xs[c]);
   }
   for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffff, acc, o);
   if (lane == 0) out[n] = cast<T>(acc + (resid ? f32(resid[n]) : 0.0f));
 }
 
-template <typename T>
-int gemv(const void *x, const void *w, const void *resid, void *out, int64_t N, int64_t K, cudaStream_t s) {
+template <typename T, int IN>
+int gemv(const void *x, const void *aux, float eps, const void *w, const void *resid, void *out, int64_t N, int64_t K,
+         cudaStream_t s) {
   constexpr int warps = 8;
   auto grid = static_cast<unsigned>((N + warps - 1) / warps);
   size_t smem = static_cast<size_t>(K) * sizeof(T);
-  return launch(gemv_kernel<T>, grid, warps * 32, smem, s, static_cast<const T *>(x), static_cast<const T *>(w),
-                static_cast<const T *>(resid), static_cast<T *>(out), N, K);
+  auto go = [&](auto kernel) {
+    return launch(kernel, grid, warps * 32, smem, s, static_cast<const T *>(x), static_cast<const T *>(w),
+                  static_cast<const T *>(resid), static_cast<T *>(out), N, K, static_cast<const T *>(aux), eps);
+  };
+  // MiniCPM5-2B's K: 2048 (hidden) and 6144 (MLP).
+  if (K == 2048) return go(gemv_kernel<T, IN, 8>);
+  if (K == 4096) return go(gemv_kernel<T, IN, 16>);
+  if (K == 6144) return go(gemv_kernel<T, IN, 24>);
+  return go(gemv_kernel<T, IN, 0>);
 }
 
 template <typename T, int V> int rms_norm_vec(const void *x, const void *w, void *out, int64_t rows, int chunks,
@@ -482,12 +543,16 @@ constexpr int kAD = 128, kARows = 64, kAKeys = 64, kAThreads = 128;
 
 // Grid (row blocks of kARows, Hkv, splits); warp w owns rows [16 w, 16 w + 16)
 // of its block. part (splits, Hkv, R, D) and lse (splits, Hkv, R) float32
-// take the unmerged results when splits > 1; else out directly.
+// take the unmerged results when splits > 1; else out directly. With pos
+// (T, the rows' positions) the keys are [0, pos[T - 1] + 1) instead of
+// [0, S), read on the device, so that a CUDA graph can hold the kernel
+// while the context grows: the grid is then sized for the largest S and
+// splits past the keys end empty (lse -inf, part 0, weight 0 in the merge).
 template <typename T>
 __global__ void __launch_bounds__(kAThreads)
     attn_decode_kernel(const T *__restrict__ q, const T *__restrict__ kc, const T *__restrict__ vc, T *__restrict__ out,
-                       int R, int G, int H, int Hkv, int S, int tps, float scale_log2, float *__restrict__ part,
-                       float *__restrict__ lse) {
+                       int R, int G, int H, int Hkv, int S, const int64_t *__restrict__ pos, float scale_log2,
+                       float *__restrict__ part, float *__restrict__ lse) {
   dep_wait();
   dep_launch();
   extern __shared__ __align__(16) unsigned char smem[];
@@ -496,7 +561,8 @@ __global__ void __launch_bounds__(kAThreads)
   T *Vs = Ks + 2 * kAKeys * kAD;       // (2, kAKeys, kAD)
   const int rb = blockIdx.x, h = blockIdx.y, split = blockIdx.z, splits = gridDim.z;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int ntiles = (S + kAKeys - 1) / kAKeys;
+  if (pos) S = static_cast<int>(pos[R / G - 1] + 1);
+  const int ntiles = (S + kAKeys - 1) / kAKeys, tps = (ntiles + splits - 1) / splits;
   const int t0 = split * tps, t1 = min(t0 + tps, ntiles);
   auto swz = [](int r, int c) { return r * kAD + ((c ^ (r & 7)) << 3); }; // 16 chunks a row
   // qrow is the (T, H, D) row of folded row r: token r / G, head h G + r % G.
@@ -677,7 +743,7 @@ int attn_splits(int64_t R, int64_t Hkv, int64_t S) {
 
 template <typename T>
 int attn_decode(const void *q, const void *kc, const void *vc, void *out, int64_t Tn, int64_t H, int64_t Hkv,
-                int64_t S, float scale, void *scratch, cudaStream_t st) {
+                int64_t S, const int64_t *pos, float scale, void *scratch, cudaStream_t st) {
   constexpr size_t smem = (kARows + 4 * kAKeys) * kAD * sizeof(T);
   static bool attr = false; // above 48 KB dynamic shared memory must be asked for
   if (!attr) {
@@ -686,16 +752,15 @@ int attn_decode(const void *q, const void *kc, const void *vc, void *out, int64_
     if (e != cudaSuccess) return e;
     attr = true;
   }
-  int64_t G = H / Hkv, R = Tn * G, tiles = (S + kAKeys - 1) / kAKeys;
+  int64_t G = H / Hkv, R = Tn * G;
   int splits = attn_splits(R, Hkv, S);
-  int tps = static_cast<int>((tiles + splits - 1) / splits);
   float *part = static_cast<float *>(scratch);
   float *lse = part + int64_t(splits) * Hkv * R * kAD;
   dim3 grid(static_cast<unsigned>((R + kARows - 1) / kARows), static_cast<unsigned>(Hkv), static_cast<unsigned>(splits));
   cudaError_t e = launch(attn_decode_kernel<T>, grid, kAThreads, smem, st, static_cast<const T *>(q),
                          static_cast<const T *>(kc), static_cast<const T *>(vc), static_cast<T *>(out),
                          static_cast<int>(R), static_cast<int>(G), static_cast<int>(H), static_cast<int>(Hkv),
-                         static_cast<int>(S), tps, scale * 1.4426950408889634f, part, lse);
+                         static_cast<int>(S), pos, scale * 1.4426950408889634f, part, lse);
   if (e != cudaSuccess || splits == 1) return e;
   return launch(attn_merge_kernel<T>, dim3(static_cast<unsigned>(R), static_cast<unsigned>(Hkv)), kAD, 0, st, part,
                 lse, static_cast<T *>(out), static_cast<int>(R), static_cast<int>(G), static_cast<int>(H),
@@ -732,11 +797,26 @@ int dtk_silu_mul(int dtype, const void *gu, void *out, int64_t T, int64_t F, voi
 
 int dtk_gemv(int dtype, const void *x, const void *w, const void *resid, void *out, int64_t N, int64_t K,
              void *stream) {
+  return dtk_gemv_in(dtype, DTK_GEMV_PLAIN, x, nullptr, 0.0f, w, resid, out, N, K, stream);
+}
+
+int dtk_gemv_in(int dtype, int in, const void *x, const void *aux, float eps, const void *w, const void *resid,
+                void *out, int64_t N, int64_t K, void *stream) {
   auto s = static_cast<cudaStream_t>(stream);
   auto misaligned = [](const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15) != 0; };
-  if (K % 8 != 0 || K > DTK_GEMV_MAX_K || misaligned(x) || misaligned(w)) return cudaErrorInvalidValue;
-  if (dtype == kBF16) return gemv<__nv_bfloat16>(x, w, resid, out, N, K, s);
-  if (dtype == kF16) return gemv<__half>(x, w, resid, out, N, K, s);
+  if (K % 8 != 0 || K > DTK_GEMV_MAX_K || misaligned(x) || misaligned(w) || in < DTK_GEMV_PLAIN ||
+      in > DTK_GEMV_SILU_MUL || (in == DTK_GEMV_NORM && (!aux || misaligned(aux))))
+    return cudaErrorInvalidValue;
+  if (dtype == kBF16) {
+    if (in == DTK_GEMV_NORM) return gemv<__nv_bfloat16, DTK_GEMV_NORM>(x, aux, eps, w, resid, out, N, K, s);
+    if (in == DTK_GEMV_SILU_MUL) return gemv<__nv_bfloat16, DTK_GEMV_SILU_MUL>(x, aux, eps, w, resid, out, N, K, s);
+    return gemv<__nv_bfloat16, DTK_GEMV_PLAIN>(x, aux, eps, w, resid, out, N, K, s);
+  }
+  if (dtype == kF16) {
+    if (in == DTK_GEMV_NORM) return gemv<__half, DTK_GEMV_NORM>(x, aux, eps, w, resid, out, N, K, s);
+    if (in == DTK_GEMV_SILU_MUL) return gemv<__half, DTK_GEMV_SILU_MUL>(x, aux, eps, w, resid, out, N, K, s);
+    return gemv<__half, DTK_GEMV_PLAIN>(x, aux, eps, w, resid, out, N, K, s);
+  }
   return cudaErrorInvalidValue;
 }
 
@@ -754,13 +834,18 @@ int64_t dtk_pick_greedy_scratch(int64_t n, int64_t V) { return n * pick_slices(V
 
 int dtk_attn_decode(int dtype, const void *q, const void *kc, const void *vc, void *out, int64_t T, int64_t H,
                     int64_t Hkv, int64_t S, float scale, void *scratch, void *stream) {
+  return dtk_attn_decode_pos(dtype, q, kc, vc, out, T, H, Hkv, S, nullptr, scale, scratch, stream);
+}
+
+int dtk_attn_decode_pos(int dtype, const void *q, const void *kc, const void *vc, void *out, int64_t T, int64_t H,
+                        int64_t Hkv, int64_t S, const int64_t *pos, float scale, void *scratch, void *stream) {
   auto st = static_cast<cudaStream_t>(stream);
   auto misaligned = [](const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15) != 0; };
   if (T < 1 || Hkv < 1 || H % Hkv != 0 || S < 1 || T * H > 2147483647 || S > 2147483647 || misaligned(q) ||
       misaligned(kc) || misaligned(vc) || misaligned(out) || (attn_splits(T * (H / Hkv), Hkv, S) > 1 && !scratch))
     return cudaErrorInvalidValue;
-  if (dtype == kBF16) return attn_decode<__nv_bfloat16>(q, kc, vc, out, T, H, Hkv, S, scale, scratch, st);
-  if (dtype == kF16) return attn_decode<__half>(q, kc, vc, out, T, H, Hkv, S, scale, scratch, st);
+  if (dtype == kBF16) return attn_decode<__nv_bfloat16>(q, kc, vc, out, T, H, Hkv, S, pos, scale, scratch, st);
+  if (dtype == kF16) return attn_decode<__half>(q, kc, vc, out, T, H, Hkv, S, pos, scale, scratch, st);
   return cudaErrorInvalidValue;
 }
 

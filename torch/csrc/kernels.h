@@ -27,14 +27,26 @@ int dtk_rope_qkv(int dtype, const void *qkv, const void *cos, const void *sin, c
 // at::silu followed by a product does.
 int dtk_silu_mul(int dtype, const void *gu, void *out, int64_t T, int64_t F, void *stream);
 
-// out (N) = w (N, K) x (K) (+ resid (N) when not null) for one row, in
-// float32 with one rounding at the end as cuBLAS's linear and addmm do:
-// an AR step's matmuls. Each weight row is streamed once with 16-byte
+// out (N) = w (N, K) x (K) (+ resid (N) when not null; it may be out) for
+// one row, in float32 with one rounding at the end as cuBLAS's linear and
+// addmm do: an AR step's matmuls. Each weight row is streamed once with 16-byte
 // loads. Needs K % 8 == 0, K <= DTK_GEMV_MAX_K (x is staged in shared
 // memory) and 16-byte aligned x and w; cudaErrorInvalidValue otherwise.
 #define DTK_GEMV_MAX_K 16384
 int dtk_gemv(int dtype, const void *x, const void *w, const void *resid, void *out, int64_t N, int64_t K,
              void *stream);
+
+// dtk_gemv with the step before the matmul folded in: in = DTK_GEMV_NORM
+// takes the RMSNorm of x (K) with weight aux (K) and eps first, as
+// dtk_rms_norm; in = DTK_GEMV_SILU_MUL takes x (2K) as (gate, up) and the
+// product's input is silu(gate) * up, as dtk_silu_mul (aux unused);
+// DTK_GEMV_PLAIN is dtk_gemv. Same results as the two kernels in turn.
+// resid may be out.
+#define DTK_GEMV_PLAIN 0
+#define DTK_GEMV_NORM 1
+#define DTK_GEMV_SILU_MUL 2
+int dtk_gemv_in(int dtype, int in, const void *x, const void *aux, float eps, const void *w, const void *resid,
+                void *out, int64_t N, int64_t K, void *stream);
 
 // For each row of logits (n, V) in dtype (DT_BF16, DT_F16 or DT_F32): the
 // first index of its largest value, column mask left out when mask >= 0,
@@ -55,6 +67,13 @@ int64_t dtk_pick_greedy_scratch(int64_t n, int64_t V);
 int dtk_attn_decode(int dtype, const void *q, const void *kc, const void *vc, void *out, int64_t T, int64_t H,
                     int64_t Hkv, int64_t S, float scale, void *scratch, void *stream);
 int64_t dtk_attn_decode_scratch(int64_t T, int64_t H, int64_t Hkv, int64_t S);
+
+// dtk_attn_decode with the number of keys read on the device: pos (T) are
+// the rows' positions and the keys seen are [0, pos[T-1] + 1), at most S
+// (the grid and scratch are sized for S). A CUDA graph can hold it while
+// the context grows.
+int dtk_attn_decode_pos(int dtype, const void *q, const void *kc, const void *vc, void *out, int64_t T, int64_t H,
+                        int64_t Hkv, int64_t S, const int64_t *pos, float scale, void *scratch, void *stream);
 
 // For probes (scripts/gpu_attn_probe.py): programmatic dependent launch of
 // these kernels on (1) or off (0), and dtk_attn_decode's split of the keys
