@@ -697,29 +697,43 @@ __global__ void __launch_bounds__(kAThreads)
   }
 }
 
-// Grid (R, Hkv), kAD threads: out row = sum_s w_s part_s / sum_s w_s with
-// w_s = 2^(lse_s - max lse). The row's lse values are staged in shared
-// memory first and the partial loads unrolled, so that several are in
-// flight (a loop of dependent global loads took 5 us at 16 splits).
+// Grid (R, Hkv), (kAD, ways) threads: out row = sum_s w_s part_s / sum_s
+// w_s with w_s = 2^(lse_s - max lse), over the splits that hold keys (the
+// KV length from pos on the device when given, as in attn_decode_kernel),
+// ways splits at a time and the ways summed in shared memory: a row's
+// splits read one after another cost 5 us at 16 splits, more in a graph
+// sized for the longest context (Nsight Compute, H200).
+constexpr int kMergeWays = 4;
 template <typename T>
-__global__ void attn_merge_kernel(const float *part, const float *lse, T *out, int R, int G, int H, int Hkv, int splits) {
+__global__ void attn_merge_kernel(const float *part, const float *lse, T *out, int R, int G, int H, int Hkv, int splits,
+                                  int S, const int64_t *pos) {
   dep_wait();
   dep_launch();
   __shared__ float ls[kAD]; // splits <= kAD (attn_splits)
-  int r = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
-  if (d < splits) ls[d] = lse[(int64_t(d) * Hkv + h) * R + r];
+  __shared__ float wacc[kMergeWays][kAD], wsums[kMergeWays];
+  const int r = blockIdx.x, h = blockIdx.y, d = threadIdx.x, way = threadIdx.y, ways = blockDim.y;
+  if (pos) S = static_cast<int>(pos[R / G - 1] + 1);
+  const int ntiles = (S + kAKeys - 1) / kAKeys, tps = (ntiles + splits - 1) / splits, used = (ntiles + tps - 1) / tps;
+  const int tid = way * kAD + d;
+  for (int s = tid; s < used; s += kAD * ways) ls[s] = lse[(int64_t(s) * Hkv + h) * R + r];
   __syncthreads();
   float mx = -INFINITY;
-  for (int s = 0; s < splits; s++) mx = fmaxf(mx, ls[s]);
+  for (int s = 0; s < used; s++) mx = fmaxf(mx, ls[s]);
   float acc = 0, wsum = 0;
   const float *p = part + int64_t(h) * R * kAD + int64_t(r) * kAD + d;
   const int64_t step = int64_t(Hkv) * R * kAD;
 #pragma unroll 8
-  for (int s = 0; s < splits; s++) {
+  for (int s = way; s < used; s += ways) {
     float w = mx == -INFINITY ? 0.0f : exp2f(ls[s] - mx);
     acc += w * p[s * step];
     wsum += w;
   }
+  wacc[way][d] = acc;
+  if (d == 0) wsums[way] = wsum;
+  __syncthreads();
+  if (way != 0) return;
+  acc = 0, wsum = 0;
+  for (int k = 0; k < ways; k++) acc += wacc[k][d], wsum += wsums[k];
   int64_t row = int64_t(r / G) * H + int64_t(h) * G + r % G;
   out[row * kAD + d] = cast<T>(wsum > 0 ? acc / wsum : 0.0f);
 }
@@ -762,9 +776,9 @@ int attn_decode(const void *q, const void *kc, const void *vc, void *out, int64_
                          static_cast<int>(R), static_cast<int>(G), static_cast<int>(H), static_cast<int>(Hkv),
                          static_cast<int>(S), pos, scale * 1.4426950408889634f, part, lse);
   if (e != cudaSuccess || splits == 1) return e;
-  return launch(attn_merge_kernel<T>, dim3(static_cast<unsigned>(R), static_cast<unsigned>(Hkv)), kAD, 0, st, part,
-                lse, static_cast<T *>(out), static_cast<int>(R), static_cast<int>(G), static_cast<int>(H),
-                static_cast<int>(Hkv), splits);
+  return launch(attn_merge_kernel<T>, dim3(static_cast<unsigned>(R), static_cast<unsigned>(Hkv)),
+                dim3(kAD, kMergeWays), 0, st, part, lse, static_cast<T *>(out), static_cast<int>(R),
+                static_cast<int>(G), static_cast<int>(H), static_cast<int>(Hkv), splits, static_cast<int>(S), pos);
 }
 
 } // namespace
