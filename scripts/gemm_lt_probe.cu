@@ -6,8 +6,9 @@
 // it answers: does a per-shape algorithm choice beat cuBLAS's default at
 // 1-64 rows, and by how much a layer. docs/performance.md has the figures.
 //
-//     nvcc -O2 -std=c++17 -o /tmp/gemm_lt_probe scripts/gemm_lt_probe.cu -lcublasLt -lcublas
-//     /tmp/gemm_lt_probe
+//     NV=$(python3 -c 'import torch,os;print(os.path.dirname(os.path.dirname(torch.__file__)))')/nvidia/cu13/lib
+//     nvcc -O2 -std=c++17 -arch=sm_90 -o /tmp/p scripts/gemm_lt_probe.cu -L$NV \
+//         -l:libcublasLt.so.13 -l:libcublas.so.13 -Xlinker -rpath=$NV && /tmp/p
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>

@@ -36,7 +36,8 @@ type DecoderSpec struct {
 // call, over a KV cache it owns: the fast path of the sampler. On CUDA it
 // uses FlashAttention 2 and per-layer CUDA graphs, and when the shim was
 // built with nvcc its own kernels for RMSNorm, RoPE, SiLU-mul, one-row
-// matmuls and attention without a mask. It holds references to
+// matmuls and attention without a mask, with one graph for a whole
+// forward where that attention serves every row. It holds references to
 // the weights it was given; it is not safe for concurrent use.
 type Decoder struct {
 	p C.dt_decoder

@@ -791,9 +791,11 @@ dt_err dt_detach(dt_tensor t, dt_tensor *out) {
 //     attention reading the KV length from the positions on the device;
 //   - with nvcc (DLLM_KERNELS), RMSNorm, RoPE with the cache write and
 //     SiLU-mul as single kernels (kernels.cu), a GEMV for one-token
-//     forwards, and kernels.cu's attention for rows without a mask
-//     (denoising blocks, AR steps), written straight into the next graph's
-//     input; residual adds ride in the matmuls (addmm).
+//     forwards that does the RMSNorm or SiLU-mul before it itself, and
+//     kernels.cu's attention for rows without a mask (denoising blocks, AR
+//     steps), written straight into the next graph's input; all launched
+//     with programmatic dependent launch on Hopper. Residual adds ride in
+//     the matmuls, in place (addmm_ with beta 1).
 
 namespace {
 
