@@ -104,14 +104,7 @@ func (d *Decoder) Forward(ids []int64, causal, rows int) (logits *torch.Tensor, 
 		return nil, fmt.Errorf("decoder: %d causal positions and %d logit rows of %d", causal, rows, len(ids))
 	}
 	defer func(t0 time.Time) { d.Host += time.Since(t0) }(time.Now())
-	x := torch.FromSlice(ids)
-	if d.m.Device.CUDA {
-		cpu := x
-		x = cpu.To(torch.Int64, d.m.Device)
-		cpu.Free()
-	}
-	defer x.Free()
-	return d.d.Forward(x, d.Len, causal, rows), nil
+	return d.d.Forward(ids, d.Len, causal, rows), nil
 }
 
 // Commit marks n more positions (written by the last Forward) as context.

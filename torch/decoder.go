@@ -69,19 +69,24 @@ func NewDecoder(s *DecoderSpec) *Decoder {
 	return &Decoder{p: d}
 }
 
-// Forward runs ids (T) int64 on the decoder's device at positions
-// [pos, pos+T) after the cached [0, pos) and writes their keys and values
-// at [pos, pos+T). The first causal of them (0 to T) attend causally, each
-// to itself and what is before it; the others see all T and the cache. It
-// returns the logits of the last rows positions (rows, V), or nil when
-// rows is 0.
-func (d *Decoder) Forward(ids *Tensor, pos int64, causal, rows int) *Tensor {
+// Forward runs ids at positions [pos, pos+T) after the cached [0, pos) and
+// writes their keys and values at [pos, pos+T). The first causal of them
+// (0 to T) attend causally, each to itself and what is before it; the
+// others see all T and the cache. It returns the logits of the last rows
+// positions (rows, V), or nil when rows is 0. A forward whose CUDA graphs
+// are captured gets its inputs from one small kernel instead of a copy of
+// the ids to the device first (an AR step's host time is part of its step).
+func (d *Decoder) Forward(ids []int64, pos int64, causal, rows int) *Tensor {
 	mustLoad()
 	if d.p == nil {
 		panic(&Error{Op: "decoder_forward", Msg: "decoder is freed"})
 	}
+	if len(ids) == 0 {
+		panic(&Error{Op: "decoder_forward", Msg: "no input tokens"})
+	}
 	var out C.dt_tensor
-	e := C.dtl_decoder_forward(d.p, ids.h(), C.int64_t(pos), C.int64_t(causal), C.int64_t(rows), &out)
+	e := C.dtl_decoder_forward(d.p, (*C.int64_t)(unsafe.Pointer(&ids[0])), C.int64_t(len(ids)), C.int64_t(pos),
+		C.int64_t(causal), C.int64_t(rows), &out)
 	runtime.KeepAlive(ids)
 	check("decoder_forward", e)
 	if out == nil {

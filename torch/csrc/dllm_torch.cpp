@@ -1104,10 +1104,9 @@ struct Decoder {
     captured.emplace(Tn, std::move(c));
   }
 
-  at::Tensor replay(Captured &c, const at::Tensor &ids, int64_t pos, int64_t causal) {
-    auto Tn = ids.numel();
-    c.ids.copy_(ids);
-    at::arange_out(c.pos, pos, pos + Tn, 1);
+  // replay runs c's graphs over the inputs already in c.ids and c.pos.
+  at::Tensor replay(Captured &c, int64_t pos, int64_t causal) {
+    auto Tn = c.ids.numel();
     if (c.g.size() == 1) { // a whole-forward graph
       c.g[0]->replay();
       return c.hn;
@@ -1122,6 +1121,34 @@ struct Decoder {
   }
 #endif
 
+#ifdef DLLM_KERNELS
+  // forward_host is forward of n ids in host memory: a captured length's
+  // inputs are set by one kernel that carries the ids (an AR step's host
+  // time between tokens is part of its step); others go through a device
+  // copy of the ids.
+  at::Tensor forward_host(const int64_t *ids, int64_t n, int64_t pos, int64_t causal) {
+    if (kernels && graphs > 0 && n <= graphs && n <= DTK_SET_IDS_MAX && pos >= 0 && pos + n <= cos.size(0)) {
+      auto it = captured.find(whole && (causal == 0 || n == 1) ? -n : n);
+      if (it != captured.end()) {
+        check_launch(dtk_set_ids(it->second.ids.data_ptr<int64_t>(), it->second.pos.data_ptr<int64_t>(), ids, n,
+                                 pos, stream()),
+                     "set_ids");
+        return replay(it->second, pos, causal);
+      }
+    }
+    auto host = at::from_blob(const_cast<int64_t *>(ids), {n}, at::kLong);
+    return forward(host.to(embed.device(), at::kLong, false, true), pos, causal);
+  }
+#endif
+
+  // logits are those of the last rows of the final hidden states h (T, C);
+  // undefined for none.
+  at::Tensor logits(const at::Tensor &h, int64_t rows) {
+    auto Tn = h.size(0);
+    TORCH_CHECK(rows >= 0 && rows <= Tn, "decoder: ", rows, " logit rows of ", Tn);
+    return rows == 0 ? at::Tensor() : at::linear(h.narrow(0, Tn - rows, rows), head);
+  }
+
   // forward returns the final hidden states (T, C) of ids at [pos, pos+T).
   at::Tensor forward(const at::Tensor &ids, int64_t pos, int64_t causal) {
     auto Tn = ids.numel();
@@ -1135,7 +1162,11 @@ struct Decoder {
       bool all = whole && (causal == 0 || Tn == 1);
       int64_t key = all ? -Tn : Tn;
       auto it = captured.find(key);
-      if (it != captured.end()) return replay(it->second, ids, pos, causal);
+      if (it != captured.end()) {
+        it->second.ids.copy_(ids);
+        at::arange_out(it->second.pos, pos, pos + Tn, 1);
+        return replay(it->second, pos, causal);
+      }
       // The second forward of a kind captures it: prefill lengths that
       // come once are never captured.
       if (++seen[key] >= 2) {
@@ -1220,17 +1251,21 @@ dt_err dt_decoder_new(dt_tensor embed, dt_tensor norm, dt_tensor head, const dt_
   });
 }
 
-dt_err dt_decoder_forward(dt_decoder dec, dt_tensor ids, int64_t pos, int64_t causal, int64_t rows,
-                          dt_tensor *logits) {
+dt_err dt_decoder_forward(dt_decoder dec, const int64_t *ids, int64_t n, int64_t pos, int64_t causal,
+                          int64_t rows, dt_tensor *logits) {
   return guard([&] {
+    TORCH_CHECK(ids != nullptr && n >= 1, "decoder: no input tokens");
     auto *d = static_cast<Decoder *>(dec);
     at::NoGradGuard ng;
-    auto &x = T(ids);
-    auto flat = x.reshape({-1});
-    auto h = d->forward(flat, pos, std::clamp<int64_t>(causal, 0, flat.numel())); // (T, C)
-    auto Tn = h.size(0);
-    TORCH_CHECK(rows >= 0 && rows <= Tn, "decoder: ", rows, " logit rows of ", Tn);
-    *logits = rows == 0 ? nullptr : W(at::linear(h.narrow(0, Tn - rows, rows), d->head));
+    causal = std::clamp<int64_t>(causal, 0, n);
+#ifdef DLLM_KERNELS
+    auto h = d->forward_host(ids, n, pos, causal);
+#else
+    auto host = at::from_blob(const_cast<int64_t *>(ids), {n}, at::kLong);
+    auto h = d->forward(host.to(d->embed.device(), at::kLong, false, true), pos, causal);
+#endif
+    auto l = d->logits(h, rows);
+    *logits = l.defined() ? W(l) : nullptr;
   });
 }
 

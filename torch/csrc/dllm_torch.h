@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define DT_ABI_VERSION 7
+#define DT_ABI_VERSION 8
 
 typedef void *dt_tensor;
 typedef char *dt_err;
@@ -245,13 +245,16 @@ dt_err dt_decoder_new(dt_tensor embed, dt_tensor norm, dt_tensor head,
                       const dt_tensor *layers, int n_layers, int n_head,
                       int n_kv_head, double eps, double attn_scale,
                       dt_tensor cos, dt_tensor sin, int graphs, dt_decoder *out);
-/* Runs ids (T) at positions [pos, pos+T) over the cached [0, pos), writing
- * their keys and values at [pos, pos+T). The first causal of them (clamped
- * to [0, T]) each see themselves and what is before them; the rest see all
- * T and everything cached. logits: the last rows positions' (rows, V), or
- * NULL when rows is 0. */
-dt_err dt_decoder_forward(dt_decoder d, dt_tensor ids, int64_t pos,
-                          int64_t causal, int64_t rows, dt_tensor *logits);
+/* Runs the n ids (host memory) at positions [pos, pos+n) over the cached
+ * [0, pos), writing their keys and values at [pos, pos+n). The first causal
+ * of them (clamped to [0, n]) each see themselves and what is before them;
+ * the rest see all n and everything cached. logits: the last rows
+ * positions' (rows, V), or NULL when rows is 0. A forward whose CUDA graphs
+ * are captured gets its inputs from one small kernel that carries the ids
+ * (no host-to-device copy of its own). */
+dt_err dt_decoder_forward(dt_decoder d, const int64_t *ids, int64_t n,
+                          int64_t pos, int64_t causal, int64_t rows,
+                          dt_tensor *logits);
 /* Number of CUDA graphs captured so far. */
 int64_t dt_decoder_graphs(dt_decoder d);
 void dt_decoder_free(dt_decoder d);

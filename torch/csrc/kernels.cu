@@ -353,6 +353,19 @@ template <typename T> int silu_mul(const void *gu, void *out, int64_t Tn, int64_
 }
 
 
+// --- a captured forward's inputs ----------------------------------------------
+
+struct IdArgs {
+  int64_t v[DTK_SET_IDS_MAX];
+};
+
+__global__ void set_ids_kernel(int64_t *ids, int64_t *pos, IdArgs in, int n, int64_t p0) {
+  dep_wait();
+  dep_launch();
+  int t = threadIdx.x;
+  if (t < n) ids[t] = in.v[t], pos[t] = p0 + t;
+}
+
 // --- greedy pick -------------------------------------------------------------
 //
 // The sampler's greedy step needs, per row of logits, the argmax and its
@@ -832,6 +845,14 @@ int dtk_gemv_in(int dtype, int in, const void *x, const void *aux, float eps, co
     return gemv<__half, DTK_GEMV_PLAIN>(x, aux, eps, w, resid, out, N, K, s);
   }
   return cudaErrorInvalidValue;
+}
+
+int dtk_set_ids(int64_t *ids, int64_t *pos, const int64_t *host_ids, int64_t n, int64_t p0, void *stream) {
+  if (n < 1 || n > DTK_SET_IDS_MAX || !host_ids) return cudaErrorInvalidValue;
+  IdArgs a = {};
+  for (int64_t t = 0; t < n; t++) a.v[t] = host_ids[t];
+  return launch(set_ids_kernel, 1, DTK_SET_IDS_MAX, 0, static_cast<cudaStream_t>(stream), ids, pos, a,
+                static_cast<int>(n), p0);
 }
 
 int dtk_pick_greedy(int dtype, const void *logits, int64_t n, int64_t V, int64_t mask, double *out, void *scratch,

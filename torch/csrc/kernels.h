@@ -82,6 +82,12 @@ int dtk_attn_decode_pos(int dtype, const void *q, const void *kc, const void *vc
 // as it is; the defaults are the decoder's. Not for use while kernels run.
 void dtk_tune(int pdl, int splits_cap, int ctas_per_sm, int min_tiles);
 
+// ids (n) = host_ids and pos (n) = p0, p0 + 1, ...: a captured forward's
+// static inputs set by one kernel whose arguments carry the ids, instead
+// of a copy from host memory and an arange. n <= DTK_SET_IDS_MAX.
+#define DTK_SET_IDS_MAX 64
+int dtk_set_ids(int64_t *ids, int64_t *pos, const int64_t *host_ids, int64_t n, int64_t p0, void *stream);
+
 #ifdef __cplusplus
 }
 #endif
