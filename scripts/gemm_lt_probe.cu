@@ -9,67 +9,16 @@
 //     NV=$(python3 -c 'import torch,os;print(os.path.dirname(os.path.dirname(torch.__file__)))')/nvidia/cu13/lib
 //     nvcc -O2 -std=c++17 -arch=sm_90 -o /tmp/p scripts/gemm_lt_probe.cu -L$NV \
 //         -l:libcublasLt.so.13 -l:libcublas.so.13 -Xlinker -rpath=$NV && /tmp/p
+#include "gpu_probe.cuh"
+
 #include <cublasLt.h>
 #include <cublas_v2.h>
-#include <cuda_bf16.h>
-#include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
-#include <functional>
-#include <vector>
 
-#define CK(x) do { auto e_ = (x); if (e_ != 0) { std::fprintf(stderr, "%s:%d: %s = %d\n", __FILE__, __LINE__, #x, (int)e_); std::exit(1); } } while (0)
-
-static const int R = 12, REPS = 4;
-
-__global__ void fill(__nv_bfloat16 *p, size_t n, unsigned seed, float scale) {
-  size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  unsigned h = (unsigned)i * 2654435761u ^ seed;
-  h ^= h >> 13; h *= 0x5bd1e995u; h ^= h >> 15;
-  p[i] = __float2bfloat16(((h & 0xffff) / 65535.f - 0.5f) * scale);
-}
-
-static __nv_bfloat16 *rand_bf16(size_t n, unsigned seed, float scale) {
-  __nv_bfloat16 *p;
-  CK(cudaMalloc(&p, n * 2));
-  fill<<<(n + 255) / 256, 256>>>(p, n, seed, scale);
-  return p;
-}
-
-// Microseconds per call of f(r) over the R weight copies, in a CUDA graph.
-static double timed(cudaStream_t s, const std::function<void(int)> &f) {
-  for (int r = 0; r < R; r++) f(r); // warm, outside capture
-  CK(cudaStreamSynchronize(s));
-  cudaGraph_t g;
-  cudaGraphExec_t ge;
-  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  for (int k = 0; k < REPS; k++)
-    for (int r = 0; r < R; r++) f(r);
-  CK(cudaStreamEndCapture(s, &g));
-  CK(cudaGraphInstantiateWithFlags(&ge, g, 0));
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  for (int i = 0; i < 3; i++) CK(cudaGraphLaunch(ge, s));
-  std::vector<float> ts;
-  for (int i = 0; i < 9; i++) {
-    cudaEventRecord(a, s);
-    CK(cudaGraphLaunch(ge, s));
-    cudaEventRecord(b, s);
-    CK(cudaEventSynchronize(b));
-    float ms;
-    cudaEventElapsedTime(&ms, a, b);
-    ts.push_back(ms);
-  }
-  std::sort(ts.begin(), ts.end());
-  cudaGraphExecDestroy(ge);
-  cudaGraphDestroy(g);
-  return ts[ts.size() / 2] * 1e3 / (REPS * R);
-}
+using probe::rand_bf16;
+using probe::timed;
+static const int R = probe::kCopies;
 
 int main() {
   const int C = 2048, F = 6144, H = 16, Hkv = 2, D = 128;

@@ -20,27 +20,19 @@
 //         -l:libcublas.so.13 -l:libcublasLt.so.13 -Xlinker -rpath=$NV && /tmp/pg
 #include "../torch/csrc/kernels.cu" // the shim's helpers: launch, dep_wait, cp_async16, ldsm_x4, mma
 
+#include "gpu_probe.cuh"
+
 #include <cublas_v2.h>
 
-#include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <functional>
-#include <vector>
-
-#define CK(x)                                                                                                    \
-  do {                                                                                                           \
-    auto e_ = (x);                                                                                               \
-    if (e_ != 0) {                                                                                               \
-      std::fprintf(stderr, "%s:%d: %s = %d\n", __FILE__, __LINE__, #x, (int)e_);                               \
-      std::exit(1);                                                                                              \
-    }                                                                                                            \
-  } while (0)
 
 namespace {
 
 using bf16 = __nv_bfloat16;
-constexpr int kCopies = 12, kReps = 4, kM = 32, kNS = 64;
+using probe::kCopies;
+using probe::rand_bf16;
+using probe::timed;
+constexpr int kM = 32, kNS = 64;
 
 // The attention stand-in: 80 KB of shared memory a CTA, two CTAs an SM,
 // a spin of the given cycles; it lets the next kernel launch at once, as
@@ -145,53 +137,6 @@ __global__ void __launch_bounds__(128)
     *o = __float2bfloat16(__bfloat162float(*o) + sum[q]);
   }
   if (tid == 0) count[ns] = 0;
-}
-
-__global__ void fill(bf16 *p, size_t n, unsigned seed, float scale) {
-  size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
-  if (i >= n) return;
-  unsigned h = unsigned(i) * 2654435761u ^ seed;
-  h ^= h >> 13, h *= 0x5bd1e995u, h ^= h >> 15;
-  p[i] = __float2bfloat16(((h & 0xffff) / 65535.f - 0.5f) * scale);
-}
-
-bf16 *rand_bf16(size_t n, unsigned seed, float scale) {
-  bf16 *p;
-  CK(cudaMalloc(&p, n * 2));
-  fill<<<(n + 255) / 256, 256>>>(p, n, seed, scale);
-  return p;
-}
-
-// Microseconds per call of f(r), r cycling over the weight copies, in a
-// CUDA graph (median of 9 replays).
-double timed(cudaStream_t s, const std::function<void(int)> &f) {
-  for (int r = 0; r < kCopies; r++) f(r);
-  CK(cudaStreamSynchronize(s));
-  cudaGraph_t g;
-  cudaGraphExec_t ge;
-  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  for (int k = 0; k < kReps; k++)
-    for (int r = 0; r < kCopies; r++) f(r);
-  CK(cudaStreamEndCapture(s, &g));
-  CK(cudaGraphInstantiateWithFlags(&ge, g, 0));
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  for (int i = 0; i < 3; i++) CK(cudaGraphLaunch(ge, s));
-  std::vector<float> ts;
-  for (int i = 0; i < 9; i++) {
-    cudaEventRecord(a, s);
-    CK(cudaGraphLaunch(ge, s));
-    cudaEventRecord(b, s);
-    CK(cudaEventSynchronize(b));
-    float ms;
-    cudaEventElapsedTime(&ms, a, b);
-    ts.push_back(ms);
-  }
-  std::sort(ts.begin(), ts.end());
-  cudaGraphExecDestroy(ge);
-  cudaGraphDestroy(g);
-  return ts[ts.size() / 2] * 1e3 / (kReps * kCopies);
 }
 
 } // namespace
