@@ -1128,7 +1128,7 @@ struct Decoder {
   // copy of the ids.
   at::Tensor forward_host(const int64_t *ids, int64_t n, int64_t pos, int64_t causal) {
     if (kernels && graphs > 0 && n <= graphs && n <= DTK_SET_IDS_MAX && pos >= 0 && pos + n <= cos.size(0)) {
-      auto it = captured.find(whole && (causal == 0 || n == 1) ? -n : n);
+      auto it = captured.find(capture_key(n, causal));
       if (it != captured.end()) {
         check_launch(dtk_set_ids(it->second.ids.data_ptr<int64_t>(), it->second.pos.data_ptr<int64_t>(), ids, n,
                                  pos, stream()),
@@ -1140,6 +1140,11 @@ struct Decoder {
     return forward(host.to(embed.device(), at::kLong, false, true), pos, causal);
   }
 #endif
+
+  // capture_key says which graphs serve a forward of T tokens, the first
+  // causal of them causal: forwards whose rows all see every key get one
+  // graph (key -T), those with a causal part per-layer graphs (key T).
+  int64_t capture_key(int64_t Tn, int64_t causal) const { return whole && (causal == 0 || Tn == 1) ? -Tn : Tn; }
 
   // logits are those of the last rows of the final hidden states h (T, C);
   // undefined for none.
@@ -1157,10 +1162,8 @@ struct Decoder {
                 ") exceed the context of ", cos.size(0));
 #ifdef DLLM_CUDA
     if (graphs > 0 && Tn <= graphs) {
-      // Forwards whose rows all see every key get one graph (key -T);
-      // those with a causal part, per-layer graphs (key T).
-      bool all = whole && (causal == 0 || Tn == 1);
-      int64_t key = all ? -Tn : Tn;
+      int64_t key = capture_key(Tn, causal);
+      bool all = key < 0;
       auto it = captured.find(key);
       if (it != captured.end()) {
         it->second.ids.copy_(ids);

@@ -710,12 +710,13 @@ __global__ void __launch_bounds__(kAThreads)
   }
 }
 
-// Grid (R, Hkv), (kAD, ways) threads: out row = sum_s w_s part_s / sum_s
-// w_s with w_s = 2^(lse_s - max lse), over the splits that hold keys (the
-// KV length from pos on the device when given, as in attn_decode_kernel),
-// ways splits at a time and the ways summed in shared memory: a row's
-// splits read one after another cost 5 us at 16 splits, more in a graph
-// sized for the longest context (Nsight Compute, H200).
+// Grid (R, Hkv), (kAD, kMergeWays) threads: out row = sum_s w_s part_s /
+// sum_s w_s with w_s = 2^(lse_s - max lse), over the splits that hold keys
+// (the KV length from pos on the device when given, as in
+// attn_decode_kernel), kMergeWays splits at a time and the ways summed in
+// shared memory: a row's splits read one after another cost 5 us at 16
+// splits, more in a graph sized for the longest context (Nsight Compute,
+// H200).
 constexpr int kMergeWays = 4;
 template <typename T>
 __global__ void attn_merge_kernel(const float *part, const float *lse, T *out, int R, int G, int H, int Hkv, int splits,
@@ -724,11 +725,11 @@ __global__ void attn_merge_kernel(const float *part, const float *lse, T *out, i
   dep_launch();
   __shared__ float ls[kAD]; // splits <= kAD (attn_splits)
   __shared__ float wacc[kMergeWays][kAD], wsums[kMergeWays];
-  const int r = blockIdx.x, h = blockIdx.y, d = threadIdx.x, way = threadIdx.y, ways = blockDim.y;
+  const int r = blockIdx.x, h = blockIdx.y, d = threadIdx.x, way = threadIdx.y;
   if (pos) S = static_cast<int>(pos[R / G - 1] + 1);
   const int ntiles = (S + kAKeys - 1) / kAKeys, tps = (ntiles + splits - 1) / splits, used = (ntiles + tps - 1) / tps;
   const int tid = way * kAD + d;
-  for (int s = tid; s < used; s += kAD * ways) ls[s] = lse[(int64_t(s) * Hkv + h) * R + r];
+  if (tid < used) ls[tid] = lse[(int64_t(tid) * Hkv + h) * R + r];
   __syncthreads();
   float mx = -INFINITY;
   for (int s = 0; s < used; s++) mx = fmaxf(mx, ls[s]);
@@ -736,7 +737,7 @@ __global__ void attn_merge_kernel(const float *part, const float *lse, T *out, i
   const float *p = part + int64_t(h) * R * kAD + int64_t(r) * kAD + d;
   const int64_t step = int64_t(Hkv) * R * kAD;
 #pragma unroll 8
-  for (int s = way; s < used; s += ways) {
+  for (int s = way; s < used; s += kMergeWays) {
     float w = mx == -INFINITY ? 0.0f : exp2f(ls[s] - mx);
     acc += w * p[s * step];
     wsum += w;
@@ -746,7 +747,8 @@ __global__ void attn_merge_kernel(const float *part, const float *lse, T *out, i
   __syncthreads();
   if (way != 0) return;
   acc = 0, wsum = 0;
-  for (int k = 0; k < ways; k++) acc += wacc[k][d], wsum += wsums[k];
+#pragma unroll
+  for (int k = 0; k < kMergeWays; k++) acc += wacc[k][d], wsum += wsums[k];
   int64_t row = int64_t(r / G) * H + int64_t(h) * G + r % G;
   out[row * kAD + d] = cast<T>(wsum > 0 ? acc / wsum : 0.0f);
 }
