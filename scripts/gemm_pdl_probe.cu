@@ -46,11 +46,13 @@ __global__ void busy_kernel(long long cycles) {
 }
 
 // pgemm_kernel: grid (N / kNS, K / KP), 128 threads; warp w owns weight
-// rows [16 w, 16 w + 16) of its slice and all kM rows of x.
+// rows [16 w, 16 w + 16) of its slice and all kM rows of x. stop > 0 ends
+// it early to time its parts (wrong results): 1 after the partials are
+// written (no sum), 2 after the loads.
 template <int KP>
 __global__ void __launch_bounds__(128)
     pgemm_kernel(const bf16 *__restrict__ x, const bf16 *__restrict__ w, bf16 *out, int N, int K, float *part,
-                 unsigned *count) {
+                 unsigned *count, int stop) {
   extern __shared__ __align__(16) unsigned char smem[];
   constexpr int CH = KP / 8; // 16-byte chunks a row
   bf16 *Ws = reinterpret_cast<bf16 *>(smem); // (kNS, KP)
@@ -77,6 +79,7 @@ __global__ void __launch_bounds__(128)
   cp_commit();
   cp_wait<0>();
   __syncthreads();
+  if (stop == 2) return;
 
   // 3. acc (16 weight rows, kM) over the tile's K.
   float acc[kM / 8][4] = {};
@@ -112,6 +115,7 @@ __global__ void __launch_bounds__(128)
   for (int j = 0; j < kM / 8; j++)
 #pragma unroll
     for (int e = 0; e < 4; e++) pp[int64_t(m_of(j, e)) * N + n_of(e)] = acc[j][e];
+  if (stop == 1) return;
   __threadfence();
   __syncthreads();
   __shared__ bool last;
@@ -177,15 +181,15 @@ int main() {
       CK(cublasGemmEx(bh, CUBLAS_OP_T, CUBLAS_OP_N, sh.n, kM, sh.k, &one, W[r], CUDA_R_16BF, sh.k, x, CUDA_R_16BF,
                       sh.k, &one, o, CUDA_R_16BF, sh.n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     };
-    auto ours = [&](int r, bf16 *o, int kp) {
+    auto ours = [&](int r, bf16 *o, int kp, int stop = 0) {
       size_t smem = size_t(kNS + kM) * kp * 2;
       dim3 grid(sh.n / kNS, sh.k / kp);
       if (kp == 512) {
         CK(cudaFuncSetAttribute(pgemm_kernel<512>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-        CK(launch(pgemm_kernel<512>, grid, 128, smem, s, x, W[r], o, sh.n, sh.k, part, count));
+        CK(launch(pgemm_kernel<512>, grid, 128, smem, s, x, W[r], o, sh.n, sh.k, part, count, stop));
       } else {
         CK(cudaFuncSetAttribute(pgemm_kernel<256>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-        CK(launch(pgemm_kernel<256>, grid, 128, smem, s, x, W[r], o, sh.n, sh.k, part, count));
+        CK(launch(pgemm_kernel<256>, grid, 128, smem, s, x, W[r], o, sh.n, sh.k, part, count, stop));
       }
     };
     for (int kp : {512, 256}) {
@@ -208,9 +212,19 @@ int main() {
       double to = timed(s, [&](int r) { ours(r, o2, kp); });
       double tbc = timed(s, [&](int r) { busy(), cublas(r, o1); });
       double tbo = timed(s, [&](int r) { busy(), ours(r, o2, kp); });
+      // Its parts, and without PDL (the stand-in then launches it at the end).
+      double tload = timed(s, [&](int r) { ours(r, o2, kp, 2); });
+      double tpart = timed(s, [&](int r) { ours(r, o2, kp, 1); });
+      dtk_tune(0, -1, -1, -1);
+      double tn = timed(s, [&](int r) { ours(r, o2, kp); });
+      double tbn = timed(s, [&](int r) { busy(), ours(r, o2, kp); });
+      dtk_tune(1, -1, -1, -1);
       std::printf("%-4s KP=%d: alone cuBLAS %5.1f ours %5.1f us; after the stand-in cuBLAS %5.1f ours %5.1f us; "
                   "ours vs cuBLAS rel err %.1e\n",
                   sh.name, kp, tc, to, tbc, tbo, std::sqrt(num / den));
+      std::printf("%-4s KP=%d: ours' parts alone: loads %5.1f, + products and partials %5.1f, + their sum %5.1f us; "
+                  "without PDL alone %5.1f, after the stand-in %5.1f us\n",
+                  sh.name, kp, tload, tpart, to, tn, tbn);
     }
     for (auto p : W) cudaFree(p);
     cudaFree(x), cudaFree(res), cudaFree(o1), cudaFree(o2), cudaFree(part), cudaFree(count);

@@ -13,7 +13,8 @@
 #   TOKENS=256        timed tokens per point
 #   TESTS='CUDA|PickGreedy'   -test.run pattern for the test binaries ("" skips)
 #   AB=DLLM_GEMV=0    also time with this setting (empty: only as is)
-#   PROBES=gpu_attn_probe.py   scripts to run first (exactness and timing)
+#   PROBES=gpu_attn_probe.py   scripts to run first (exactness and timing;
+#                     .cu ones, e.g. gemm_pdl_probe.cu, built with nvcc)
 #   KEEP_SHIM=1       reuse bin/libdllmtorch.so
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -34,9 +35,18 @@ else
 	make --no-print-directory shim TORCH="$TORCH" >/dev/null || exit 1
 	[ -n "${OUT:-}" ] && cp bin/libdllmtorch.so "$OUT/"
 fi
-# Probes of the shim's own kernels against PyTorch (PROBES="" skips).
+# Probes of the shim's own kernels against PyTorch (PROBES="" skips); a
+# .cu probe is built with nvcc against the wheel's cuBLAS first.
 for p in ${PROBES-}; do
-	PYTHONPATH=scripts $PY scripts/$p 2>&1 | sed "s/^/$p: /"
+	case $p in
+	*.cu)
+		NV=$($PY -c 'import torch,os;print(os.path.dirname(os.path.dirname(torch.__file__)))')/nvidia/cu13/lib
+		${CUDA_HOME:-/usr/local/cuda}/bin/nvcc -O2 -std=c++17 -arch=sm_90 -o /tmp/${p%.cu} scripts/$p -L"$NV" \
+			-l:libcublas.so.13 -l:libcublasLt.so.13 -Xlinker -rpath="$NV" 2>&1 | grep -E "error" &&
+			echo "$p: build failed"
+		[ -x /tmp/${p%.cu} ] && /tmp/${p%.cu} 2>&1 | sed "s/^/$p: /" ;;
+	*) PYTHONPATH=scripts $PY scripts/$p 2>&1 | sed "s/^/$p: /" ;;
+	esac
 done
 if [ -n "$TESTS" ]; then
 	for pkg in torch model; do
