@@ -45,11 +45,11 @@ __global__ void busy_kernel(long long cycles) {
   }
 }
 
-// pgemm_kernel: grid (N / kNS, K / KP), 128 threads; warp w owns weight
+// pgemm_kernel: grid (N / kNS, KS = K / KP), 128 threads; warp w owns weight
 // rows [16 w, 16 w + 16) of its slice and all kM rows of x. stop > 0 ends
 // it early to time its parts (wrong results): 1 after the partials are
 // written (no sum), 2 after the loads.
-template <int KP>
+template <int KP, int KS>
 __global__ void __launch_bounds__(128)
     pgemm_kernel(const bf16 *__restrict__ x, const bf16 *__restrict__ w, bf16 *out, int N, int K, float *part,
                  unsigned *count, int stop) {
@@ -58,7 +58,7 @@ __global__ void __launch_bounds__(128)
   bf16 *Ws = reinterpret_cast<bf16 *>(smem); // (kNS, KP)
   bf16 *Xs = Ws + kNS * KP;                  // (kM, KP)
   auto swz = [](int r, int c) { return r * KP + ((c ^ (r & 7)) << 3); };
-  const int ns = blockIdx.x, kp = blockIdx.y, KS = gridDim.y;
+  const int ns = blockIdx.x, kp = blockIdx.y;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
 
   // 1. The weight tile, before the wait.
@@ -123,10 +123,11 @@ __global__ void __launch_bounds__(128)
   __syncthreads();
   if (!last) return;
   __threadfence();
-  // All of a thread's loads of one split in flight at once: a loop of
+  // All of a thread's loads in flight at once (KS is known): a loop of
   // dependent L2 reads here cost ~8 us.
   constexpr int PER = kM * kNS / 128;
   float sum[PER] = {};
+#pragma unroll
   for (int k = 0; k < KS; k++) {
 #pragma unroll
     for (int q = 0; q < PER; q++) {
@@ -184,13 +185,13 @@ int main() {
     auto ours = [&](int r, bf16 *o, int kp, int stop = 0) {
       size_t smem = size_t(kNS + kM) * kp * 2;
       dim3 grid(sh.n / kNS, sh.k / kp);
-      if (kp == 512) {
-        CK(cudaFuncSetAttribute(pgemm_kernel<512>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-        CK(launch(pgemm_kernel<512>, grid, 128, smem, s, x, W[r], o, sh.n, sh.k, part, count, stop));
-      } else {
-        CK(cudaFuncSetAttribute(pgemm_kernel<256>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-        CK(launch(pgemm_kernel<256>, grid, 128, smem, s, x, W[r], o, sh.n, sh.k, part, count, stop));
-      }
+      auto go = [&](auto kernel) {
+        CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+        CK(launch(kernel, grid, 128, smem, s, x, W[r], o, sh.n, sh.k, part, count, stop));
+      };
+      if (sh.k != 2048) std::exit(2); // KS below is 2048 / KP
+      if (kp == 512) go(pgemm_kernel<512, 4>);
+      else go(pgemm_kernel<256, 8>);
     };
     for (int kp : {512, 256}) {
       // Exactness: both from the same residual.
