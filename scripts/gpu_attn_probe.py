@@ -74,12 +74,12 @@ for T, S in [(1, 1), (1, 63), (1, 1024), (1, 32768), (32, 7), (32, 1000), (32, 1
 tune = lib.dtk_tune
 tune.argtypes = [ctypes.c_int] * 4
 # (pdl, splits cap, CTAs per SM, min tiles per split); the first is the default.
-configs = [(1, 64, 2, 1), (0, 64, 2, 1), (1, 64, 1, 1), (1, 64, 2, 2), (1, 64, 2, 4), (1, 32, 2, 1),
-           (1, 16, 2, 1), (1, 128, 2, 1), (1, 128, 4, 1)]
+configs = [(1, 64, 2, 1), (1, 64, 2, 2), (1, 64, 2, 4), (1, 64, 2, 8), (1, 64, 2, 16), (1, 64, 1, 1),
+           (1, 16, 2, 1), (1, 8, 2, 1), (1, 4, 2, 1)]
 print("sweep (pdl, cap, ctas/SM, min tiles): us per call")
 print(f"{'T':>3} {'S':>6}  " + " ".join(f"{'%d/%d/%d/%d' % c:>11}" for c in configs))
-for T, S in [(1, 1024), (1, 8192), (1, 32768), (32, 1024), (32, 4096), (32, 8192), (32, 16384), (32, 32768),
-             (64, 1024), (64, 8192)]:
+for T, S in [(1, 1024), (1, 2048), (1, 4096), (1, 8192), (1, 16384), (1, 32768), (32, 1024), (32, 2048),
+             (32, 4096), (32, 8192), (32, 16384), (32, 32768), (64, 1024), (64, 8192)]:
     kc = torch.randn(S, Hkv, D, dtype=dt, device=dev)
     vc = torch.randn(S, Hkv, D, dtype=dt, device=dev)
     q = torch.randn(T, H, D, dtype=dt, device=dev)

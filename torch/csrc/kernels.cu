@@ -566,28 +566,22 @@ __global__ void __launch_bounds__(kAThreads)
     attn_decode_kernel(const T *__restrict__ q, const T *__restrict__ kc, const T *__restrict__ vc, T *__restrict__ out,
                        int R, int G, int H, int Hkv, int S, const int64_t *__restrict__ pos, float scale_log2,
                        float *__restrict__ part, float *__restrict__ lse) {
-  dep_wait();
-  dep_launch();
   extern __shared__ __align__(16) unsigned char smem[];
   T *Qs = reinterpret_cast<T *>(smem); // (kARows, kAD)
   T *Ks = Qs + kARows * kAD;           // (2, kAKeys, kAD)
   T *Vs = Ks + 2 * kAKeys * kAD;       // (2, kAKeys, kAD)
   const int rb = blockIdx.x, h = blockIdx.y, split = blockIdx.z, splits = gridDim.z;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  // The positions are written when a forward starts, several kernels back
+  // (each kernel here lets the next start only once its own wait is over,
+  // so the one before the one before is done): safe before the wait.
+  const int first = pos ? static_cast<int>(pos[0]) : S - R / G; // the rows' first position
   if (pos) S = static_cast<int>(pos[R / G - 1] + 1);
   const int ntiles = (S + kAKeys - 1) / kAKeys, tps = (ntiles + splits - 1) / splits;
   const int t0 = split * tps, t1 = min(t0 + tps, ntiles);
   auto swz = [](int r, int c) { return r * kAD + ((c ^ (r & 7)) << 3); }; // 16 chunks a row
   // qrow is the (T, H, D) row of folded row r: token r / G, head h G + r % G.
   auto qrow = [&](int r) { return int64_t(r / G) * H + int64_t(h) * G + r % G; };
-
-  // 1. Q, then the first K and V tiles, through cp.async; rows past R and
-  // keys past S are zeros (a key past S gets -inf below; V zeros keep 0 * x
-  // finite).
-  for (int i = tid; i < kARows * 16; i += kAThreads) {
-    int r = i / 16, c = i % 16, gr = rb * kARows + r;
-    cp_async16(smem_u32(Qs + swz(r, c)), gr < R ? q + qrow(gr) * kAD + c * 8 : q, gr < R);
-  }
   auto load_kv = [&](int stage, int tile) {
     for (int i = tid; i < kAKeys * 16; i += kAThreads) {
       int r = i / 16, c = i % 16, key = tile * kAKeys + r;
@@ -597,7 +591,21 @@ __global__ void __launch_bounds__(kAThreads)
       cp_async16(smem_u32(Vs + stage * kAKeys * kAD + swz(r, c)), vc + off, ok);
     }
   };
-  if (t0 < t1) load_kv(0, t0);
+
+  // 1. The first K and V tiles, then Q, through cp.async; rows past R and
+  // keys past S are zeros (a key past S gets -inf below; V zeros keep 0 * x
+  // finite). The kernel before (RoPE) writes this forward's keys, and a
+  // fused commit's 32 just below them; a tile a whole tile below those is
+  // older, so it comes in while that kernel still runs.
+  const bool early = t0 < t1 && (t0 + 2) * kAKeys <= first;
+  if (early) load_kv(0, t0);
+  dep_wait();
+  dep_launch();
+  for (int i = tid; i < kARows * 16; i += kAThreads) {
+    int r = i / 16, c = i % 16, gr = rb * kARows + r;
+    cp_async16(smem_u32(Qs + swz(r, c)), gr < R ? q + qrow(gr) * kAD + c * 8 : q, gr < R);
+  }
+  if (t0 < t1 && !early) load_kv(0, t0);
   cp_commit();
 
   float o[kAD / 8][4] = {}; // (16 rows, 128 dims) of output, unnormalised

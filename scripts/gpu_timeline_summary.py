@@ -1,0 +1,55 @@
+"""Per-kernel summary of a kernel trace (scripts/gpu-timeline.sh: lines of
+"start end name", nanoseconds):
+for the last TAIL fraction of the run's kernels, in order of start, each
+kernel's duration and what it added to the GPU's busy span (its end minus
+the latest end before it, floored at 0), summed per kernel name, with the
+idle gaps between kernels as one more row.
+
+    python3 scripts/gpu_timeline_summary.py trace.txt [TAIL]
+"""
+import re
+import sys
+from collections import defaultdict
+
+tail = float(sys.argv[2]) if len(sys.argv) > 2 else 0.3
+rows = []
+for line in open(sys.argv[1]):
+    a, b, name = line.rstrip("\n").split(" ", 2)
+    rows.append((int(a), int(b), name))
+rows.sort()
+rows = rows[int(len(rows) * (1 - tail)):]
+
+
+def short(name):
+    name = re.sub(r"^void ", "", name.replace("(anonymous namespace)::", ""))
+    name = re.sub(r"\(.*$", "", name)  # parameters
+    m = re.match(r"([\w:]+)(<.*>)?", name)
+    if not m:
+        return name[:48]
+    base = m.group(1)
+    if base.startswith("nvjet") or "gemm" in base.lower() or "sm90" in base:
+        return "cublas:" + base[:40]
+    tmpl = m.group(2) or ""
+    if base in ("gemv_kernel",):  # its variant (prologue, K) matters
+        return base + re.sub(r"__nv_bfloat16|__half", "T", tmpl)[:24]
+    return base[:48]
+
+
+added, dur, count = defaultdict(float), defaultdict(float), defaultdict(int)
+idle = 0.0
+last_end = rows[0][0] if rows else 0
+for start, end, name in rows:
+    n = short(name)
+    if start > last_end:
+        idle += start - last_end
+    added[n] += max(0, end - max(start, last_end))
+    dur[n] += end - start
+    count[n] += 1
+    last_end = max(last_end, end)
+span = rows[-1][1] - rows[0][0] if rows else 0
+print(f"{len(rows)} kernels over {span / 1e6:.2f} ms (idle between kernels {idle / 1e6:.2f} ms)")
+print(f"{'kernel':50} {'calls':>6} {'mean us':>8} {'added us':>9} {'added %':>8}")
+for n in sorted(added, key=lambda n: -added[n]):
+    print(f"{n:50} {count[n]:6d} {dur[n] / count[n] / 1e3:8.2f} {added[n] / count[n] / 1e3:9.2f} "
+          f"{100 * added[n] / span:8.1f}")
+print(f"{'(idle)':50} {'':6} {'':8} {'':9} {100 * idle / span:8.1f}")
