@@ -155,23 +155,28 @@ __global__ void rms_norm_vec_kernel(const T *x, const T *w, T *out, int chunks, 
 template <typename T>
 __global__ void rope_qkv_kernel(const T *qkv, const T *cos, const T *sin, const int64_t *pos, T *q, T *kc, T *vc,
                                 int64_t H, int64_t Hkv, int64_t D) {
-  dep_wait();
-  dep_launch();
   int64_t t = blockIdx.x, h = blockIdx.y, half = D / 2, i = threadIdx.x;
   const T *src = qkv + (t * (H + 2 * Hkv) + h) * D;
+  // The positions (written when the forward starts, several kernels back:
+  // see attn_decode_kernel) and the tables are read before the wait.
   int64_t p = pos[t];
   if (h >= H + Hkv) { // a value head: copied as is
+    dep_wait();
+    dep_launch();
     T *dst = vc + (p * Hkv + (h - H - Hkv)) * D;
     dst[i] = src[i];
     dst[i + half] = src[i + half];
     return;
   }
-  T *dst = h < H ? q + (t * H + h) * D : kc + (p * Hkv + (h - H)) * D;
   const T *c = cos + p * D, *s = sin + p * D;
+  float c1 = f32(c[i]), c2 = f32(c[i + half]), s1 = f32(s[i]), s2 = f32(s[i + half]);
+  dep_wait();
+  dep_launch();
+  T *dst = h < H ? q + (t * H + h) * D : kc + (p * Hkv + (h - H)) * D;
   float x1 = f32(src[i]), x2 = f32(src[i + half]);
   // x*cos + rotate_half(x)*sin with rotate_half(x) = (-x2, x1).
-  dst[i] = cast<T>(round<T>(x1 * f32(c[i])) + round<T>(-x2 * f32(s[i])));
-  dst[i + half] = cast<T>(round<T>(x2 * f32(c[i + half])) + round<T>(x1 * f32(s[i + half])));
+  dst[i] = cast<T>(round<T>(x1 * c1) + round<T>(-x2 * s1));
+  dst[i + half] = cast<T>(round<T>(x2 * c2) + round<T>(x1 * s2));
 }
 
 // silu_mul_vec_kernel is silu_mul_kernel 16 bytes at a time (F % 8 == 0).
@@ -727,25 +732,43 @@ __global__ void __launch_bounds__(kAThreads)
 // H200).
 constexpr int kMergeWays = 4;
 template <typename T>
-__global__ void attn_merge_kernel(const float *part, const float *lse, T *out, int R, int G, int H, int Hkv, int splits,
-                                  int S, const int64_t *pos) {
-  dep_wait();
-  dep_launch();
+__global__ void __launch_bounds__(kAD * kMergeWays, 4) // four CTAs an SM: a 32-token block's 512 in one wave
+    attn_merge_kernel(const float *part, const float *lse, T *out, int R, int G, int H, int Hkv, int splits, int S,
+                      const int64_t *pos) {
   __shared__ float ls[kAD]; // splits <= kAD (attn_splits)
   __shared__ float wacc[kMergeWays][kAD], wsums[kMergeWays];
   const int r = blockIdx.x, h = blockIdx.y, d = threadIdx.x, way = threadIdx.y;
-  if (pos) S = static_cast<int>(pos[R / G - 1] + 1);
+  if (pos) S = static_cast<int>(pos[R / G - 1] + 1); // safe before the wait (attn_decode_kernel)
   const int ntiles = (S + kAKeys - 1) / kAKeys, tps = (ntiles + splits - 1) / splits, used = (ntiles + tps - 1) / tps;
   const int tid = way * kAD + d;
+  const float *p = part + int64_t(h) * R * kAD + int64_t(r) * kAD + d;
+  const int64_t step = int64_t(Hkv) * R * kAD;
+  dep_wait();
+  dep_launch();
+  // The way's partials and the row's lse values all in flight at once: one
+  // trip to L2, not one for the lse values and then one for the partials.
+  constexpr int kPer = 8; // 32 splits; more are read after
+  float pv[kPer];
+#pragma unroll
+  for (int i = 0; i < kPer; i++) {
+    int s = way + kMergeWays * i;
+    pv[i] = s < used ? p[s * step] : 0.0f;
+  }
   if (tid < used) ls[tid] = lse[(int64_t(tid) * Hkv + h) * R + r];
   __syncthreads();
   float mx = -INFINITY;
   for (int s = 0; s < used; s++) mx = fmaxf(mx, ls[s]);
   float acc = 0, wsum = 0;
-  const float *p = part + int64_t(h) * R * kAD + int64_t(r) * kAD + d;
-  const int64_t step = int64_t(Hkv) * R * kAD;
+#pragma unroll
+  for (int i = 0; i < kPer; i++) {
+    int s = way + kMergeWays * i;
+    if (s >= used) break;
+    float w = mx == -INFINITY ? 0.0f : exp2f(ls[s] - mx);
+    acc += w * pv[i];
+    wsum += w;
+  }
 #pragma unroll 8
-  for (int s = way; s < used; s += kMergeWays) {
+  for (int s = way + kMergeWays * kPer; s < used; s += kMergeWays) {
     float w = mx == -INFINITY ? 0.0f : exp2f(ls[s] - mx);
     acc += w * p[s * step];
     wsum += w;
