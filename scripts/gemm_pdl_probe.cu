@@ -7,13 +7,16 @@
 // The probe times, in CUDA graphs cycling over 12 weight copies (so the
 // 50 MB L2 cannot serve them): a stand-in for the attention that precedes
 // the output projection (a kernel that holds two 80 KB CTAs an SM for
-// ~8 us and reads nothing), then the projection out (32, N) += x (32, K)
-// W^T through cublasGemmEx (beta 1, in place, as the decoder's addmm_) or
-// through pgemm_kernel below: split-K tiles of 64 weight rows x KP of K,
-// the weight tile in shared memory before the wait, x after it, mma.sync,
-// the last CTA of a row slice summing the float32 partials in order. It
-// prints each alone, each after the stand-in, and the error of ours
-// against cuBLAS. docs/performance.md has the figures.
+// ~8 us and reads nothing), then a layer's four projections out (M, N) +=
+// x (M, K) W^T at 32 and 64 rows through cublasGemmEx (beta 1, in place, as
+// the decoder's addmm_) or through two GEMMs of ours whose split-K
+// partial products are summed in a thread block cluster's shared memory:
+// cgemm_kernel (one weight tile a CTA, loaded before the wait) and
+// skgemm_kernel (persistent, the weights through a cp.async ring). It
+// prints each alone, after the stand-in (also with an all-shared L1
+// carveout), without its sums, without PDL, and its error against
+// cuBLAS. docs/performance.md has the figures (a first cut that summed
+// through global memory is in its history, commit 30e822c).
 //
 //     NV=$(python3 -c 'import torch,os;print(os.path.dirname(os.path.dirname(torch.__file__)))')/nvidia/cu13/lib
 //     nvcc -O2 -std=c++17 -arch=sm_90 -o /tmp/pg scripts/gemm_pdl_probe.cu -L$NV \
@@ -62,6 +65,102 @@ __device__ inline float2 ld_peer2(unsigned a, unsigned rank) {
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
   asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(r));
   return v;
+}
+
+// cgemm_kernel: out (M, N) += x (M, K) W^T, one tile a CTA. Grid (N / kNS,
+// KS) in clusters of the KS CTAs of a 64-row weight slice (1, KS, 1); 128
+// threads, warp w owns weight rows [16 w, 16 w + 16) of its slice and all
+// M rows of x. Each CTA takes KP = K / KS of K: its weight tile comes into
+// shared memory before the wait, x's after. The KS partial products meet
+// in shared memory: after a cluster barrier each CTA sums 1/KS of the
+// slice's outputs over the KS CTAs in rank order (deterministic) and adds
+// them to out. stop = 1 ends it after the products (wrong results; times
+// the rest).
+template <int M, int KP, int KS>
+__global__ void __launch_bounds__(128)
+    cgemm_kernel(const bf16 *__restrict__ x, const bf16 *__restrict__ w, bf16 *out, int N, int K, int stop) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  constexpr int CH = KP / 8;  // 16-byte chunks a row
+  constexpr int PP = kNS + 4; // the partials' pitch (floats): no bank conflicts writing them
+  bf16 *Ws = reinterpret_cast<bf16 *>(smem);  // (kNS, KP)
+  bf16 *Xs = Ws + kNS * KP;                   // (M, KP)
+  float *P = reinterpret_cast<float *>(smem); // (M, PP) after the products, over Ws
+  static_assert(M * PP * 4 <= kNS * KP * 2, "partials fit where the weights were");
+  auto swz = [](int r, int c) { return r * KP + ((c ^ (r & 7)) << 3); };
+  const int ns = blockIdx.x, kp = blockIdx.y;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+
+  // 1. The weight tile, before the wait.
+  const bf16 *wg = w + int64_t(ns) * kNS * K + int64_t(kp) * KP;
+  for (int i = tid; i < kNS * CH; i += 128) {
+    int r = i / CH, c = i % CH;
+    cp_async16(smem_u32(Ws + swz(r, c)), wg + int64_t(r) * K + c * 8, true);
+  }
+  cp_commit();
+  dep_wait();
+  dep_launch();
+  // 2. x's tile and this CTA's share of the residual once the kernel before is done.
+  const bf16 *xg = x + int64_t(kp) * KP;
+  for (int i = tid; i < M * CH; i += 128) {
+    int r = i / CH, c = i % CH;
+    cp_async16(smem_u32(Xs + swz(r, c)), xg + int64_t(r) * K + c * 8, true);
+  }
+  cp_commit();
+  constexpr int SHARE = M * kNS / 2 / KS, V = (SHARE + 127) / 128; // float2 a CTA, a thread
+  static_assert(M * kNS / 2 % KS == 0, "shares split evenly");
+  const unsigned rank = cluster_rank();
+  int off[V];
+  __nv_bfloat162 res[V];
+  bf16 *o[V];
+#pragma unroll
+  for (int v = 0; v < V; v++) {
+    int j = tid + 128 * v, i = 2 * (int(rank) * SHARE + (j < SHARE ? j : 0)), m = i / kNS, nl = i % kNS;
+    off[v] = m * PP + nl;
+    o[v] = j < SHARE ? out + int64_t(m) * N + ns * kNS + nl : nullptr;
+    if (o[v]) res[v] = *reinterpret_cast<const __nv_bfloat162 *>(o[v]);
+  }
+  cp_wait<0>();
+  __syncthreads();
+
+  // 3. acc (16 weight rows, M) over the tile's K.
+  float acc[M / 8][4] = {};
+#pragma unroll 4
+  for (int kk = 0; kk < KP / 16; kk++) {
+    unsigned a[4];
+    ldsm_x4(smem_u32(Ws + swz(warp * 16 + lane % 16, 2 * kk + lane / 16)), a);
+#pragma unroll
+    for (int p = 0; p < M / 16; p++) {
+      unsigned b[4];
+      ldsm_x4(smem_u32(Xs + swz(16 * p + lane % 8 + (lane / 16) * 8, 2 * kk + (lane / 8) % 2)), b);
+      mma<bf16>(acc[2 * p], a, b[0], b[1]);
+      mma<bf16>(acc[2 * p + 1], a, b[2], b[3]);
+    }
+  }
+  if (stop == 1) return;
+  // 4. The partials into shared memory: element e of acc[j] is weight row
+  // 16 warp + lane/4 + 8 (e/2) of the slice, x row 8 j + 2 (lane%4) + e%2.
+  __syncthreads(); // every warp is done with Ws
+#pragma unroll
+  for (int j = 0; j < M / 8; j++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) P[(8 * j + 2 * (lane % 4) + e % 2) * PP + warp * 16 + lane / 4 + 8 * (e / 2)] = acc[j][e];
+  // 5. This CTA's share of the outputs, summed over the cluster in rank order.
+  cluster_sync();
+  float2 sum[V] = {};
+#pragma unroll
+  for (int r = 0; r < KS; r++)
+#pragma unroll
+    for (int v = 0; v < V; v++) {
+      float2 p = ld_peer2(smem_u32(P + off[v]), r);
+      sum[v].x += p.x, sum[v].y += p.y;
+    }
+#pragma unroll
+  for (int v = 0; v < V; v++) {
+    if (!o[v]) continue;
+    float2 r = __bfloat1622float2(res[v]);
+    *reinterpret_cast<__nv_bfloat162 *>(o[v]) = __floats2bfloat162_rn(r.x + sum[v].x, r.y + sum[v].y);
+  }
+  cluster_sync(); // peers may still read this CTA's partials
 }
 
 // skgemm_kernel: out (M, N) += x (M, K) W^T for a few rows of x. Grid (G,
@@ -226,7 +325,7 @@ int main() {
   auto set_carve = [&](auto kernel) { CK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, carve)); };
   std::printf("stand-in alone: %.1f us\n", timed(s, [&](int) { busy(); }));
 
-  struct Cfg {
+  struct Cfg { // st > 0: skgemm_kernel (kr of K a CTA, st ring stages, g clusters); st = 0: cgemm_kernel
     int m, kr, st, ks, g;
   };
   struct Shape {
@@ -234,10 +333,14 @@ int main() {
     int n, k;
     std::vector<Cfg> cfgs;
   } shapes[] = {
-      {"o", 2048, 2048, {{32, 256, 4, 8, 32}, {32, 512, 3, 4, 32}, {32, 256, 3, 8, 16}, {64, 256, 3, 8, 16}}},
-      {"qkv", 2560, 2048, {{32, 256, 4, 8, 20}, {32, 512, 3, 4, 40}, {32, 256, 4, 8, 32}, {64, 256, 3, 8, 20}}},
-      {"gate_up", 12288, 2048, {{32, 256, 4, 8, 32}, {32, 512, 3, 4, 64}, {32, 256, 4, 8, 16}, {64, 256, 3, 8, 16}}},
-      {"down", 2048, 6144, {{32, 768, 4, 8, 16}, {32, 384, 4, 16, 16}, {32, 768, 3, 8, 16}, {32, 384, 4, 16, 8}}},
+      {"o", 2048, 2048, {{32, 512, 0, 4, 0}, {32, 256, 0, 8, 0}, {64, 256, 0, 8, 0}, {32, 256, 4, 8, 32},
+                         {32, 512, 3, 4, 32}, {32, 256, 3, 8, 16}, {64, 256, 3, 8, 16}}},
+      {"qkv", 2560, 2048, {{32, 512, 0, 4, 0}, {32, 256, 0, 8, 0}, {64, 256, 0, 8, 0}, {32, 256, 4, 8, 20},
+                           {32, 512, 3, 4, 40}, {32, 256, 4, 8, 32}, {64, 256, 3, 8, 20}}},
+      {"gate_up", 12288, 2048, {{32, 512, 0, 4, 0}, {32, 256, 0, 8, 0}, {32, 256, 4, 8, 32}, {32, 512, 3, 4, 64},
+                                {32, 256, 4, 8, 16}, {64, 256, 3, 8, 16}}},
+      {"down", 2048, 6144, {{32, 768, 0, 8, 0}, {32, 384, 0, 16, 0}, {32, 768, 4, 8, 16}, {32, 384, 4, 16, 16},
+                            {32, 768, 3, 8, 16}, {32, 384, 4, 16, 8}}},
   };
   for (auto &sh : shapes) {
     std::vector<bf16 *> W;
@@ -255,19 +358,25 @@ int main() {
                         sh.k, &one, o, CUDA_R_16BF, sh.n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
       };
       if (cf.kr * cf.ks != sh.k) std::exit(3);
-      size_t smem = size_t(cf.st) * kNS * 128 * 2 + size_t(m) * cf.kr * 2 + size_t(2) * m * (kNS + 4) * 4;
+      size_t smem = cf.st ? size_t(cf.st) * kNS * 128 * 2 + size_t(m) * cf.kr * 2 + size_t(2) * m * (kNS + 4) * 4
+                          : size_t(kNS + m) * cf.kr * 2;
+      dim3 grid = cf.st ? dim3(cf.g, cf.ks) : dim3(sh.n / kNS, cf.ks);
       auto ours = [&](int r, bf16 *o, int stop = 0) {
         auto go = [&](auto kernel) {
           CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
           if (cf.ks > 8) CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
           set_carve(kernel);
-          CK(launch_cluster(kernel, dim3(cf.g, cf.ks), 128, smem, s, cf.ks, x, W[r], o, sh.n, sh.k, stop));
+          CK(launch_cluster(kernel, grid, 128, smem, s, cf.ks, x, W[r], o, sh.n, sh.k, stop));
         };
 #define GO(M_, KR_, ST_, KS_)                                                                                      \
   if (m == M_ && cf.kr == KR_ && cf.st == ST_ && cf.ks == KS_) return go(skgemm_kernel<M_, KR_, ST_, KS_>);
+#define GC(M_, KP_, KS_)                                                                                           \
+  if (m == M_ && cf.kr == KP_ && cf.st == 0 && cf.ks == KS_) return go(cgemm_kernel<M_, KP_, KS_>);
         GO(32, 256, 4, 8) GO(32, 512, 3, 4) GO(32, 256, 3, 8) GO(64, 256, 3, 8)
         GO(32, 768, 4, 8) GO(32, 384, 4, 16) GO(32, 768, 3, 8)
+        GC(32, 512, 4) GC(32, 256, 8) GC(64, 256, 8) GC(32, 768, 8) GC(32, 384, 16)
 #undef GO
+#undef GC
         std::fprintf(stderr, "no kernel for M=%d KR=%d ST=%d KS=%d\n", m, cf.kr, cf.st, cf.ks);
         std::exit(2);
       };
@@ -302,11 +411,11 @@ int main() {
       dtk_tune(0, -1, -1, -1);
       double tn = timed(s, [&](int r) { ours(r, o2); });
       dtk_tune(1, -1, -1, -1);
-      std::printf("%-7s M=%d KR=%4d ST=%d KS=%2d G=%2d (%3zu KB): cuBLAS %5.1f ours %5.1f us | after stand-in "
+      std::printf("%-7s %s M=%d KR=%4d ST=%d KS=%2d G=%2d (%3zu KB): cuBLAS %5.1f ours %5.1f us | after stand-in "
                   "cuBLAS +%5.1f ours +%5.1f (all-shared carveout +%5.1f) | without the sums %5.1f | no PDL %5.1f | "
                   "err vs cuBLAS %.1e of the product\n",
-                  sh.name, m, cf.kr, cf.st, cf.ks, cf.g, smem / 1024, tc, to, tbc - 8.5, tbo - 8.5, tbo_c - 8.5,
-                  tprod, tn, std::sqrt(num / den));
+                  sh.name, cf.st ? "ring" : "tile", m, cf.kr, cf.st, cf.ks, cf.st ? cf.g : int(grid.x),
+                  smem / 1024, tc, to, tbc - 8.5, tbo - 8.5, tbo_c - 8.5, tprod, tn, std::sqrt(num / den));
     }
     for (auto p : W) cudaFree(p);
     cudaFree(x), cudaFree(res), cudaFree(o1), cudaFree(o2);

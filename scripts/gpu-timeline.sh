@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine: the kernels of steady-state decode forwards as they
 # really ran (CUPTI's concurrent-kernel records through an injection
-# library, scripts/cupti_trace.cpp: CUDA graphs node by node, the overlap
+# library, scripts/cupti/cupti_trace.cpp: CUDA graphs node by node, the overlap
 # that programmatic dependent launch gives kept), summed per kernel by
 # scripts/gpu_timeline_summary.py: how long each ran and how much it added
 # to the forward (its end minus the previous kernel's end). Expects bin/dllm
@@ -25,7 +25,7 @@ SO=/tmp/libcupti_trace.so
 rm -f $SO
 for v in 12 11 10 9 8; do
 	g++ -std=c++17 -O2 -shared -fPIC -DKREC=CUpti_ActivityKernel$v -I"$INC" -I/usr/local/cuda/include \
-		-o $SO scripts/cupti_trace.cpp "$LIB" -Wl,-rpath="$(dirname "$LIB")" 2>/dev/null && break
+		-o $SO scripts/cupti/cupti_trace.cpp "$LIB" -Wl,-rpath="$(dirname "$LIB")" 2>/dev/null && break
 done
 [ -e $SO ] || { echo "cupti_trace.cpp did not build against $INC"; exit 1; }
 TR=${OUT:-/tmp}/trace-$CTX${MODE//[ -]/}.txt
