@@ -21,7 +21,7 @@
 //     NV=$(python3 -c 'import torch,os;print(os.path.dirname(os.path.dirname(torch.__file__)))')/nvidia/cu13/lib
 //     nvcc -O2 -std=c++17 -arch=sm_90 -o /tmp/pg scripts/gemm_pdl_probe.cu -L$NV \
 //         -l:libcublas.so.13 -l:libcublasLt.so.13 -Xlinker -rpath=$NV && /tmp/pg
-#include "../torch/csrc/kernels.cu" // the shim's helpers: launch, dep_wait, cp_async16, ldsm_x4, mma
+#include "../torch/csrc/kernels.cu" // the shim's helpers: launch_in, dep_wait, cp_async16, ldsm_x4, mma
 
 #include "gpu_probe.cuh"
 
@@ -284,25 +284,6 @@ __global__ void __launch_bounds__(128)
   cluster_sync(); // peers may still read this CTA's last partials
 }
 
-// launch_cluster is launch with clusters of (1, cy, 1) CTAs.
-template <typename... Params, typename... Args>
-cudaError_t launch_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, int cy,
-                           Args... args) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = s;
-  cudaLaunchAttribute attr[2];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = pdl_on() ? 1 : 0;
-  attr[1].id = cudaLaunchAttributeClusterDimension;
-  attr[1].val.clusterDim.x = 1, attr[1].val.clusterDim.y = cy, attr[1].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 2;
-  return cudaLaunchKernelEx(&cfg, kernel, static_cast<Params>(args)...);
-}
-
 } // namespace
 
 int main() {
@@ -366,7 +347,7 @@ int main() {
           CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
           if (cf.ks > 8) CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
           set_carve(kernel);
-          CK(launch_cluster(kernel, grid, 128, smem, s, cf.ks, x, W[r], o, sh.n, sh.k, stop));
+          CK(launch_in(kernel, grid, 128, smem, s, unsigned(cf.ks), x, W[r], o, sh.n, sh.k, stop));
         };
 #define GO(M_, KR_, ST_, KS_)                                                                                      \
   if (m == M_ && cf.kr == KR_ && cf.st == ST_ && cf.ks == KS_) return go(skgemm_kernel<M_, KR_, ST_, KS_>);

@@ -64,21 +64,31 @@ bool pdl_on() {
   return g_pdl == 1;
 }
 
-// launch runs kernel over grid x block with smem bytes of dynamic shared
-// memory on s, with programmatic dependent launch where pdl_on.
+// launch_in runs kernel over grid x block with smem bytes of dynamic shared
+// memory on s, with programmatic dependent launch where pdl_on, in
+// thread block clusters of (1, cluster_y, 1) CTAs when cluster_y > 1.
 template <typename... Params, typename... Args>
-cudaError_t launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, Args... args) {
+cudaError_t launch_in(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+                      unsigned cluster_y, Args... args) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
   cfg.stream = s;
-  cudaLaunchAttribute attr[1];
+  cudaLaunchAttribute attr[2];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = pdl_on() ? 1 : 0;
+  attr[1].id = cudaLaunchAttributeClusterDimension;
+  attr[1].val.clusterDim.x = 1, attr[1].val.clusterDim.y = cluster_y, attr[1].val.clusterDim.z = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  cfg.numAttrs = cluster_y > 1 ? 2 : 1;
   return cudaLaunchKernelEx(&cfg, kernel, static_cast<Params>(args)...);
+}
+
+// launch is launch_in without clusters.
+template <typename... Params, typename... Args>
+cudaError_t launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, Args... args) {
+  return launch_in(kernel, grid, block, smem, s, 1u, args...);
 }
 
 // block_sum is the sum of s over the block (whole warps), returned to every
