@@ -12,7 +12,8 @@ import (
 // CUDA graphs, stacked projections) in bf16 is as close to a float32 truth
 // as the plain bf16 path is, for every kind of decode forward, before and
 // after its graphs are captured. MiniCPM5-2B's shape unless
-// $DLLM_TEST_CONFIG names another config.json directory.
+// $DLLM_TEST_CONFIG names another config.json directory; in f16 instead
+// when $DLLM_TEST_DTYPE is f16.
 //
 //	go test -c -o model.test ./model && ./model.test -test.run CUDA -test.v
 func TestDecoderCUDAMatchesPlainPath(t *testing.T) {
@@ -28,19 +29,23 @@ func TestDecoderCUDAMatchesPlainPath(t *testing.T) {
 		t.Fatal(err)
 	}
 	dev := torch.CUDA(0)
-	// 1. One set of random bf16 weights, and the same weights in float32.
+	// 1. One set of random bf16 (or f16) weights, and the same weights in float32.
+	dt := torch.BFloat16
+	if os.Getenv("DLLM_TEST_DTYPE") == "f16" {
+		dt = torch.Float16
+	}
 	shapes := map[string][]int64{}
 	for _, s := range ExpectedTensors(cfg) {
 		shapes[s.Name] = s.Shape
 	}
 	torch.ManualSeed(7)
 	w16 := map[string]*torch.Tensor{}
-	m16, err := build(cfg, LoadOptions{Device: dev, DType: torch.BFloat16}, func(name string) *torch.Tensor {
+	m16, err := build(cfg, LoadOptions{Device: dev, DType: dt}, func(name string) *torch.Tensor {
 		s := shapes[name]
 		if len(s) == 1 {
-			w16[name] = torch.Ones(s, torch.BFloat16, dev)
+			w16[name] = torch.Ones(s, dt, dev)
 		} else {
-			r := torch.Randn(s, torch.BFloat16, dev)
+			r := torch.Randn(s, dt, dev)
 			w16[name] = r.MulScalar(0.02)
 			r.Free()
 		}
@@ -153,7 +158,7 @@ func TestDecoderCUDAMatchesPlainPath(t *testing.T) {
 		// bf16 rounding differs between the paths (fused matmuls, flash
 		// against SDPA); the fast path must not be further from the truth.
 		if ef > 1.5*ep+1e-3 {
-			t.Errorf("%s at %d: fast path %.2e from float32, plain bf16 %.2e", s.name, pos, ef, ep)
+			t.Errorf("%s at %d: fast path %.2e from float32, plain %v %.2e", s.name, pos, ef, dt, ep)
 		}
 		if s.commit > 0 {
 			commit(s.commit)

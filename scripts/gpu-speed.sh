@@ -11,6 +11,8 @@
 #   CTX="1k 8k 32k"   contexts for bench decode
 #   COMMIT=3          tokens committed per denoising forward
 #   TOKENS=256        timed tokens per point
+#   WARMUP=32         untimed tokens before them (bench decode --warmup; a
+#                     length's graphs are captured on its second forward)
 #   TESTS='CUDA|PickGreedy'   -test.run pattern for the test binaries ("" skips)
 #   AB=DLLM_GEMV=0    also time with this setting (empty: only as is)
 #   PROBES=gpu_attn_probe.py   scripts to run first (exactness and timing;
@@ -21,6 +23,7 @@ cd "$(dirname "$0")/.."
 CTX=${CTX:-"1k 8k 32k"}
 COMMIT=${COMMIT:-3}
 TOKENS=${TOKENS:-256}
+WARMUP=${WARMUP:-32}
 TESTS=${TESTS-'CUDA|PickGreedy'}
 AB=${AB:-}
 PY=${PY:-python3}
@@ -59,7 +62,7 @@ for ab in "" $AB; do
 	for c in $CTX; do
 		env $ab timeout 300 bin/dllm bench decode --config testdata/minicpm5-2b-shape/config.json \
 			--device cuda --dtype bf16 --ctx "$c" --block 32 --commit "$COMMIT" --ar \
-			--tokens "$TOKENS" --json | sed "s/^{/{\"env\":\"${ab:-as is}\",/" | tee -a "$RESULTS"
+			--tokens "$TOKENS" --warmup "$WARMUP" --json | sed "s|^{|{\"env\":\"${ab:-as is}\",|" | tee -a "$RESULTS"
 	done
 done
 $PY - "$RESULTS" <<'PYEOF'

@@ -786,14 +786,15 @@ dt_err dt_detach(dt_tensor t, dt_tensor *out) {
 //     two attentions is one graph, captured once per query length T, with
 //     the input ids and positions in static buffers; attention runs eagerly
 //     between the graphs because its KV length changes every step; where
-//     every row sees all keys (denoising blocks, AR steps) and kernels.cu's
-//     attention runs, one graph for the whole forward instead, the
-//     attention reading the KV length from the positions on the device;
+//     kernels.cu's attention runs, one graph for the whole forward instead
+//     (per length and count of causal rows), the attention reading the KV
+//     length from the positions on the device;
 //   - with nvcc (DLLM_KERNELS), RMSNorm, RoPE with the cache write and
 //     SiLU-mul as single kernels (kernels.cu), a GEMV for one-token
 //     forwards that does the RMSNorm or SiLU-mul before it itself, and
-//     kernels.cu's attention for rows without a mask (denoising blocks, AR
-//     steps), written straight into the next graph's input; all launched
+//     kernels.cu's attention (rows that see every key, and in captured
+//     forwards also leading causal rows: a commit), written straight into
+//     the next graph's input; all launched
 //     with programmatic dependent launch on Hopper. Residual adds ride in
 //     the matmuls, in place (addmm_ with beta 1).
 
@@ -988,15 +989,15 @@ struct Decoder {
 #ifdef DLLM_CUDA
 #ifdef DLLM_KERNELS
   // attend_all is attention of q (1, T, H, D) over the cache slots up to
-  // the last row's position, which kernels.cu reads on the device: every
-  // row sees every key (causal only for T = 1); (T, H*D).
-  at::Tensor attend_all(DecLayer &ly, const at::Tensor &q, const at::Tensor &positions) {
+  // the last row's position, which kernels.cu reads on the device: the
+  // first c rows causally (as attend), the others seeing every key; (T, H*D).
+  at::Tensor attend_all(DecLayer &ly, const at::Tensor &q, const at::Tensor &positions, int64_t c) {
     auto Tn = q.size(1), Smax = cos.size(0);
     auto out = at::empty({Tn, H * D}, q.options());
     auto scratch = at::empty({dtk_attn_decode_scratch(Tn, H, Hkv, Smax)}, q.options().dtype(at::kFloat));
     check_launch(dtk_attn_decode_pos(static_cast<int>(q.scalar_type()), q.data_ptr(), ly.kc.data_ptr(),
                                      ly.vc.data_ptr(), out.data_ptr(), Tn, H, Hkv, Smax,
-                                     positions.data_ptr<int64_t>(), static_cast<float>(attn_scale()),
+                                     positions.data_ptr<int64_t>(), c, static_cast<float>(attn_scale()),
                                      scratch.data_ptr(), stream()),
                  "attn_decode");
     return out;
@@ -1065,8 +1066,9 @@ struct Decoder {
   // capture records query length T's graphs on the side stream, on which the
   // caller has just run an eager forward of the same length (so cuBLAS has
   // its workspace there). Capturing only records: nothing runs. all: one
-  // graph for the whole forward (see forward), under capture key -T.
-  void capture(int64_t Tn, bool all) {
+  // graph for the whole forward (see forward), its first causal rows
+  // attending causally, under capture_key(T, causal).
+  void capture(int64_t Tn, int64_t causal, bool all) {
     auto dev = embed.device();
     Captured c;
     auto lo = at::TensorOptions().dtype(at::kLong).device(dev);
@@ -1077,12 +1079,13 @@ struct Decoder {
       auto g = std::make_unique<at::cuda::CUDAGraph>();
       g->capture_begin(pool, cudaStreamCaptureModeThreadLocal);
       auto x = embed.index_select(0, c.ids);
-      for (auto &ly : layers) x = post(ly, x, attend_all(ly, pre(ly, x, c.pos), c.pos));
+      auto rows = Tn == 1 ? 0 : std::min(causal, Tn);
+      for (auto &ly : layers) x = post(ly, x, attend_all(ly, pre(ly, x, c.pos), c.pos, rows));
       c.hn = norm_(x, norm);
       g->capture_end();
       if (pool.first == 0 && pool.second == 0) pool = g->pool();
       c.g.push_back(std::move(g));
-      captured.emplace(-Tn, std::move(c));
+      captured.emplace(capture_key(Tn, causal), std::move(c));
       return;
     }
 #endif
@@ -1142,9 +1145,13 @@ struct Decoder {
 #endif
 
   // capture_key says which graphs serve a forward of T tokens, the first
-  // causal of them causal: forwards whose rows all see every key get one
-  // graph (key -T), those with a causal part per-layer graphs (key T).
-  int64_t capture_key(int64_t Tn, int64_t causal) const { return whole && (causal == 0 || Tn == 1) ? -Tn : Tn; }
+  // causal of them causal: with kernels.cu's attention one graph per
+  // (T, causal) (negative keys), else per-layer graphs per T (attention
+  // runs between them, told causal at each replay).
+  int64_t capture_key(int64_t Tn, int64_t causal) const {
+    if (!whole) return Tn;
+    return -(Tn * (int64_t(1) << 20) + (Tn == 1 ? 0 : std::min(causal, Tn)));
+  }
 
   // logits are those of the last rows of the final hidden states h (T, C);
   // undefined for none.
@@ -1181,7 +1188,7 @@ struct Decoder {
         {
           c10::cuda::CUDAStreamGuard sg(*side);
           h = eager(ids, pos, causal);
-          capture(Tn, all);
+          capture(Tn, causal, all);
         }
         side->synchronize();
         return h;

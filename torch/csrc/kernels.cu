@@ -576,11 +576,13 @@ constexpr int kAD = 128, kARows = 64, kAKeys = 64, kAThreads = 128;
 // [0, S), read on the device, so that a CUDA graph can hold the kernel
 // while the context grows: the grid is then sized for the largest S and
 // splits past the keys end empty (lse -inf, part 0, weight 0 in the merge).
+// The first causal tokens see only the keys up to their own position (a
+// finished block's commit riding in the forward); the rest see them all.
 template <typename T>
 __global__ void __launch_bounds__(kAThreads)
     attn_decode_kernel(const T *__restrict__ q, const T *__restrict__ kc, const T *__restrict__ vc, T *__restrict__ out,
-                       int R, int G, int H, int Hkv, int S, const int64_t *__restrict__ pos, float scale_log2,
-                       float *__restrict__ part, float *__restrict__ lse) {
+                       int R, int G, int H, int Hkv, int S, const int64_t *__restrict__ pos, int causal,
+                       float scale_log2, float *__restrict__ part, float *__restrict__ lse) {
   extern __shared__ __align__(16) unsigned char smem[];
   T *Qs = reinterpret_cast<T *>(smem); // (kARows, kAD)
   T *Ks = Qs + kARows * kAD;           // (2, kAKeys, kAD)
@@ -624,6 +626,12 @@ __global__ void __launch_bounds__(kAThreads)
   cp_commit();
 
   float o[kAD / 8][4] = {}; // (16 rows, 128 dims) of output, unnormalised
+  int lim[2]; // keys [0, lim) for rows lane/4 and lane/4 + 8: token t < causal sees up to first + t
+#pragma unroll
+  for (int i = 0; i < 2; i++) {
+    int t = (rb * kARows + warp * 16 + lane / 4 + 8 * i) / G;
+    lim[i] = t < causal ? min(first + t + 1, S) : S;
+  }
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0}; // rows lane/4 and lane/4 + 8
   unsigned qf[kAD / 16][4];
   for (int it = t0; it < t1; it++) {
@@ -652,7 +660,7 @@ __global__ void __launch_bounds__(kAThreads)
       }
     }
 
-    // 3. Online softmax in base 2: scale, mask keys past S, new row maxima
+    // 3. Online softmax in base 2: scale, mask keys past the row's limit, new row maxima
     // (over the quad of lanes that shares a row), rescale what came before.
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -660,7 +668,7 @@ __global__ void __launch_bounds__(kAThreads)
 #pragma unroll
       for (int e = 0; e < 4; e++) {
         int key = it * kAKeys + 8 * j + 2 * (lane % 4) + (e & 1);
-        s[j][e] = key < S ? s[j][e] * scale_log2 : -INFINITY;
+        s[j][e] = key < lim[e / 2] ? s[j][e] * scale_log2 : -INFINITY;
         mx[e / 2] = fmaxf(mx[e / 2], s[j][e]);
       }
     }
@@ -813,7 +821,7 @@ int attn_splits(int64_t R, int64_t Hkv, int64_t S) {
 
 template <typename T>
 int attn_decode(const void *q, const void *kc, const void *vc, void *out, int64_t Tn, int64_t H, int64_t Hkv,
-                int64_t S, const int64_t *pos, float scale, void *scratch, cudaStream_t st) {
+                int64_t S, const int64_t *pos, int64_t causal, float scale, void *scratch, cudaStream_t st) {
   constexpr size_t smem = (kARows + 4 * kAKeys) * kAD * sizeof(T);
   static bool attr = false; // above 48 KB dynamic shared memory must be asked for
   if (!attr) {
@@ -830,7 +838,7 @@ int attn_decode(const void *q, const void *kc, const void *vc, void *out, int64_
   cudaError_t e = launch(attn_decode_kernel<T>, grid, kAThreads, smem, st, static_cast<const T *>(q),
                          static_cast<const T *>(kc), static_cast<const T *>(vc), static_cast<T *>(out),
                          static_cast<int>(R), static_cast<int>(G), static_cast<int>(H), static_cast<int>(Hkv),
-                         static_cast<int>(S), pos, scale * 1.4426950408889634f, part, lse);
+                         static_cast<int>(S), pos, static_cast<int>(causal), scale * 1.4426950408889634f, part, lse);
   if (e != cudaSuccess || splits == 1) return e;
   return launch(attn_merge_kernel<T>, dim3(static_cast<unsigned>(R), static_cast<unsigned>(Hkv)),
                 dim3(kAD, kMergeWays), 0, st, part, lse, static_cast<T *>(out), static_cast<int>(R),
@@ -912,18 +920,21 @@ int64_t dtk_pick_greedy_scratch(int64_t n, int64_t V) { return n * pick_slices(V
 
 int dtk_attn_decode(int dtype, const void *q, const void *kc, const void *vc, void *out, int64_t T, int64_t H,
                     int64_t Hkv, int64_t S, float scale, void *scratch, void *stream) {
-  return dtk_attn_decode_pos(dtype, q, kc, vc, out, T, H, Hkv, S, nullptr, scale, scratch, stream);
+  return dtk_attn_decode_pos(dtype, q, kc, vc, out, T, H, Hkv, S, nullptr, 0, scale, scratch, stream);
 }
 
 int dtk_attn_decode_pos(int dtype, const void *q, const void *kc, const void *vc, void *out, int64_t T, int64_t H,
-                        int64_t Hkv, int64_t S, const int64_t *pos, float scale, void *scratch, void *stream) {
+                        int64_t Hkv, int64_t S, const int64_t *pos, int64_t causal, float scale, void *scratch,
+                        void *stream) {
   auto st = static_cast<cudaStream_t>(stream);
   auto misaligned = [](const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15) != 0; };
   if (T < 1 || Hkv < 1 || H % Hkv != 0 || S < 1 || T * H > 2147483647 || S > 2147483647 || misaligned(q) ||
-      misaligned(kc) || misaligned(vc) || misaligned(out) || (attn_splits(T * (H / Hkv), Hkv, S) > 1 && !scratch))
+      misaligned(kc) || misaligned(vc) || misaligned(out) || causal < 0 || causal > T ||
+      (attn_splits(T * (H / Hkv), Hkv, S) > 1 && !scratch))
     return cudaErrorInvalidValue;
-  if (dtype == kBF16) return attn_decode<__nv_bfloat16>(q, kc, vc, out, T, H, Hkv, S, pos, scale, scratch, st);
-  if (dtype == kF16) return attn_decode<__half>(q, kc, vc, out, T, H, Hkv, S, pos, scale, scratch, st);
+  if (dtype == kBF16)
+    return attn_decode<__nv_bfloat16>(q, kc, vc, out, T, H, Hkv, S, pos, causal, scale, scratch, st);
+  if (dtype == kF16) return attn_decode<__half>(q, kc, vc, out, T, H, Hkv, S, pos, causal, scale, scratch, st);
   return cudaErrorInvalidValue;
 }
 

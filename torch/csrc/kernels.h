@@ -69,11 +69,14 @@ int dtk_attn_decode(int dtype, const void *q, const void *kc, const void *vc, vo
 int64_t dtk_attn_decode_scratch(int64_t T, int64_t H, int64_t Hkv, int64_t S);
 
 // dtk_attn_decode with the number of keys read on the device: pos (T) are
-// the rows' positions and the keys seen are [0, pos[T-1] + 1), at most S
-// (the grid and scratch are sized for S). A CUDA graph can hold it while
-// the context grows.
+// the rows' consecutive positions and the keys seen are [0, pos[T-1] + 1),
+// at most S (the grid and scratch are sized for S), except that the first
+// causal tokens (0 <= causal <= T) see only [0, pos[t] + 1): a finished
+// block's commit riding in the forward. A CUDA graph can hold it while the
+// context grows.
 int dtk_attn_decode_pos(int dtype, const void *q, const void *kc, const void *vc, void *out, int64_t T, int64_t H,
-                        int64_t Hkv, int64_t S, const int64_t *pos, float scale, void *scratch, void *stream);
+                        int64_t Hkv, int64_t S, const int64_t *pos, int64_t causal, float scale, void *scratch,
+                        void *stream);
 
 // For probes (scripts/gpu_attn_probe.py): programmatic dependent launch of
 // these kernels on (1) or off (0), and dtk_attn_decode's split of the keys
