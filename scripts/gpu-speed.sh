@@ -11,8 +11,8 @@
 #   CTX="1k 8k 32k"   contexts for bench decode
 #   COMMIT=3          tokens committed per denoising forward
 #   TOKENS=256        timed tokens per point
-#   WARMUP=32         untimed tokens before them (bench decode --warmup; a
-#                     length's graphs are captured on its second forward)
+#   WARMUP=96         untimed tokens before them (bench decode --warmup; a
+#                     kind of forward's graph is captured on its second use)
 #   TESTS='CUDA|PickGreedy'   -test.run pattern for the test binaries ("" skips)
 #   AB=DLLM_GEMV=0    also time with this setting (empty: only as is)
 #   PROBES=gpu_attn_probe.py   scripts to run first (exactness and timing;
@@ -23,7 +23,7 @@ cd "$(dirname "$0")/.."
 CTX=${CTX:-"1k 8k 32k"}
 COMMIT=${COMMIT:-3}
 TOKENS=${TOKENS:-256}
-WARMUP=${WARMUP:-32}
+WARMUP=${WARMUP:-96}
 TESTS=${TESTS-'CUDA|PickGreedy'}
 AB=${AB:-}
 PY=${PY:-python3}

@@ -59,7 +59,7 @@ See docs/performance.md.`,
 			&cli.BoolFlag{Name: "ar", Usage: "measure AR decoding (block 1, one token per forward)"},
 			&cli.StringFlag{Name: "engine", Value: "fast", Usage: "fast (the decoder: whole forward in C++, FlashAttention and CUDA graphs on a GPU) or eager (one shim call per sublayer), to compare"},
 			&cli.IntFlag{Name: "tokens", Value: 512, Usage: "timed tokens per point (whole blocks)"},
-			&cli.IntFlag{Name: "warmup", Value: 32, Usage: "untimed tokens before the timed ones at each point (at least one block)"},
+			&cli.IntFlag{Name: "warmup", Value: 96, Usage: "untimed tokens before the timed ones at each point (at least one block; the default's three blocks see every kind of forward twice, so its CUDA graphs are captured before the timing)"},
 			&cli.FloatFlag{Name: "bandwidth-gbs", Value: 4300, Usage: "memory bandwidth for the floor, GB/s (H200 copy as measured: 4300; H100: 3350)"},
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object per point"},
 			// Client mode.
