@@ -15,6 +15,7 @@
 #                     kind of forward's graph is captured on its second use)
 #   TESTS='CUDA|PickGreedy'   -test.run pattern for the test binaries ("" skips)
 #   AB=DLLM_GEMV=0    also time with this setting (empty: only as is)
+#   TEST_AB=DLLM_GEMV=0   also run the tests with this setting
 #   PROBES=gpu_attn_probe.py   scripts to run first (exactness and timing;
 #                     .cu ones, e.g. gemm_pdl_probe.cu, built with nvcc)
 #   KEEP_SHIM=1       reuse bin/libdllmtorch.so
@@ -52,10 +53,13 @@ for p in ${PROBES-}; do
 	esac
 done
 if [ -n "$TESTS" ]; then
-	for pkg in torch model; do
-		[ -x build/gpu/$pkg.test ] || continue
-		(cd $pkg && DLLM_TORCH_LIB=$PWD/../bin/libdllmtorch.so ../build/gpu/$pkg.test \
-			-test.run "$TESTS" -test.v 2>&1 | grep -v -E "^=== (RUN|PAUSE|CONT)" | tail -40)
+	for te in "" ${TEST_AB-}; do
+		[ -n "$te" ] && echo "tests with $te:"
+		for pkg in torch model; do
+			[ -x build/gpu/$pkg.test ] || continue
+			(cd $pkg && env $te DLLM_TORCH_LIB=$PWD/../bin/libdllmtorch.so ../build/gpu/$pkg.test \
+				-test.run "$TESTS" -test.v 2>&1 | grep -v -E "^=== (RUN|PAUSE|CONT)" | tail -40)
+		done
 	done
 fi
 for ab in "" $AB; do
