@@ -1079,7 +1079,7 @@ struct Decoder {
       auto g = std::make_unique<at::cuda::CUDAGraph>();
       g->capture_begin(pool, cudaStreamCaptureModeThreadLocal);
       auto x = embed.index_select(0, c.ids);
-      auto rows = Tn == 1 ? 0 : std::min(causal, Tn);
+      auto rows = causal_rows(Tn, causal);
       for (auto &ly : layers) x = post(ly, x, attend_all(ly, pre(ly, x, c.pos), c.pos, rows));
       c.hn = norm_(x, norm);
       g->capture_end();
@@ -1150,8 +1150,12 @@ struct Decoder {
   // runs between them, told causal at each replay).
   int64_t capture_key(int64_t Tn, int64_t causal) const {
     if (!whole) return Tn;
-    return -(Tn * (int64_t(1) << 20) + (Tn == 1 ? 0 : std::min(causal, Tn)));
+    return -(Tn * (int64_t(1) << 20) + causal_rows(Tn, causal));
   }
+
+  // causal_rows is how many of T rows attend causally given causal: a
+  // single token sees the same keys either way.
+  static int64_t causal_rows(int64_t Tn, int64_t causal) { return Tn == 1 ? 0 : std::min(causal, Tn); }
 
   // logits are those of the last rows of the final hidden states h (T, C);
   // undefined for none.
