@@ -14,8 +14,10 @@
 #   WARMUP=96         untimed tokens before them (bench decode --warmup; a
 #                     kind of forward's graph is captured on its second use)
 #   TESTS='CUDA|PickGreedy'   -test.run pattern for the test binaries ("" skips)
-#   AB=DLLM_GEMV=0    also time with this setting (empty: only as is)
-#   TEST_AB=DLLM_GEMV=0   also run the tests with this setting
+#   AB=DLLM_GEMV=0    also time with this setting (empty: only as is);
+#                     space-separated settings are timed one by one, a '+'
+#                     joins several into one (A=0+B=0)
+#   TEST_AB=DLLM_GEMV=0   also run the tests with this setting (same form)
 #   PROBES=gpu_attn_probe.py   scripts to run first (exactness and timing;
 #                     .cu ones, e.g. gemm_pdl_probe.cu, built with nvcc)
 #   KEEP_SHIM=1       reuse bin/libdllmtorch.so
@@ -57,14 +59,14 @@ if [ -n "$TESTS" ]; then
 		[ -n "$te" ] && echo "tests with $te:"
 		for pkg in torch model; do
 			[ -x build/gpu/$pkg.test ] || continue
-			(cd $pkg && env $te DLLM_TORCH_LIB=$PWD/../bin/libdllmtorch.so ../build/gpu/$pkg.test \
-				-test.run "$TESTS" -test.v 2>&1 | grep -v -E "^=== (RUN|PAUSE|CONT)" | tail -40)
+			(cd $pkg && env ${te//+/ } DLLM_TORCH_LIB=$PWD/../bin/libdllmtorch.so ../build/gpu/$pkg.test \
+				-test.run "$TESTS" -test.timeout 240s -test.v 2>&1 | grep -v -E "^=== (RUN|PAUSE|CONT)" | tail -40)
 		done
 	done
 fi
 for ab in "" $AB; do
 	for c in $CTX; do
-		env $ab timeout 300 bin/dllm bench decode --config testdata/minicpm5-2b-shape/config.json \
+		env ${ab//+/ } timeout 300 bin/dllm bench decode --config testdata/minicpm5-2b-shape/config.json \
 			--device cuda --dtype bf16 --ctx "$c" --block 32 --commit "$COMMIT" --ar \
 			--tokens "$TOKENS" --warmup "$WARMUP" --json | sed "s|^{|{\"env\":\"${ab:-as is}\",|" | tee -a "$RESULTS"
 	done
