@@ -802,6 +802,7 @@ namespace {
 
 struct DecLayer {
   at::Tensor n1, wqkv, bqkv, wo, n2, wgu, wdown; // weights (bqkv may be undefined)
+  at::Tensor wqkv_n, wgu_n; // with fold: wqkv diag(n1), wgu diag(n2)
   at::Tensor kc, vc;                             // (Max, Hkv, D)
 };
 
@@ -834,6 +835,7 @@ struct Decoder {
   bool gemv = false;    // kernels.cu's GEMV for one-token forwards
   bool attn = false;    // kernels.cu's attention for rows without a mask (head dim 128)
   bool whole = false;   // one graph per forward where attention is attn's
+  bool fold = false;    // RMSNorm weights folded into the matmuls of forwards of 2+ tokens
   int graphs = 0;      // capture graphs for query lengths up to this
   std::map<int64_t, int> seen; // forwards per capture key (see forward), before capture
 #ifdef DLLM_CUDA
@@ -900,14 +902,17 @@ struct Decoder {
     return a.addmm_(h, w.t());
   }
 
-  // silu_mul_ is silu(gu[:, :F]) * gu[:, F:] for gu (T, 2F).
-  at::Tensor silu_mul_(const at::Tensor &gu) {
+  // silu_mul_ is silu(gu[:, :F]) * gu[:, F:] for gu (T, 2F); given xn,
+  // gu is the folded projection of xn (see folds) and gate and up are
+  // scaled by xn's inverse RMS first.
+  at::Tensor silu_mul_(const at::Tensor &gu, const at::Tensor &xn = at::Tensor()) {
     auto F = gu.size(1) / 2;
 #ifdef DLLM_KERNELS
     if (kernels) {
       auto a = at::empty({gu.size(0), F}, gu.options());
       check_launch(dtk_silu_mul(static_cast<int>(gu.scalar_type()), gu.data_ptr(), a.data_ptr(), gu.size(0), F,
-                                stream()),
+                                xn.defined() ? xn.data_ptr() : nullptr, xn.defined() ? xn.size(1) : 0,
+                                static_cast<float>(eps), stream()),
                    "silu_mul");
       return a;
     }
@@ -915,18 +920,28 @@ struct Decoder {
     return at::silu(gu.narrow(1, 0, F)) * gu.narrow(1, F, F);
   }
 
+  // folds says whether a forward of x's rows multiplies by the folded
+  // weights (wqkv_n, wgu_n): RMSNorm(x) W^T = r (x (W diag(w))^T) for a
+  // row's inverse RMS r, so the norm's kernel goes and the kernel after the
+  // matmul (RoPE, SiLU-mul) applies r. One-token forwards keep the GEMV,
+  // which normalises x as it stages it.
+  bool folds(const at::Tensor &x) const { return fold && x.size(0) > 1; }
+
   // pre is layer l's attention input: RMSNorm, fused QKV, RoPE; it writes the
   // keys and values of positions (T) into the cache and returns q (1, T, H, D).
   at::Tensor pre(DecLayer &ly, const at::Tensor &x, const at::Tensor &positions) {
     auto Tn = x.size(0);
+    bool f = folds(x);
     auto qkv = ly.bqkv.defined() ? at::linear(norm_(x, ly.n1), ly.wqkv, ly.bqkv)
+               : f               ? at::linear(x, ly.wqkv_n)
                                  : lin_in(x, ly.wqkv, kInNorm, ly.n1); // (T, (H+2Hkv)D)
 #ifdef DLLM_KERNELS
     if (kernels) {
       auto q = at::empty({Tn, H, D}, x.options());
       check_launch(dtk_rope_qkv(static_cast<int>(x.scalar_type()), qkv.data_ptr(), cos.data_ptr(), sin.data_ptr(),
                                 positions.data_ptr<int64_t>(), q.data_ptr(), ly.kc.data_ptr(), ly.vc.data_ptr(), Tn,
-                                H, Hkv, D, stream()),
+                                H, Hkv, D, f ? x.data_ptr() : nullptr, x.size(1), static_cast<float>(eps),
+                                stream()),
                    "rope_qkv");
       return q.unsqueeze(0);
     }
@@ -1045,6 +1060,7 @@ struct Decoder {
   // post (a forward's graphs all hand the one residual buffer on).
   at::Tensor post(DecLayer &ly, const at::Tensor &x, const at::Tensor &ao) {
     auto y = lin(ao, ly.wo, x);
+    if (folds(y)) return lin(silu_mul_(at::linear(y, ly.wgu_n), y), ly.wdown, y);
     auto gu = lin_in(y, ly.wgu, kInNorm, ly.n2); // (T, 2F)
     return lin_in(gu, ly.wdown, kInSiluMul, at::Tensor(), y);
   }
@@ -1257,6 +1273,23 @@ dt_err dt_decoder_new(dt_tensor embed, dt_tensor norm, dt_tensor head, const dt_
     // DLLM_WHOLE_GRAPH=0 keeps per-layer graphs for every forward (to measure).
     const char *wg = std::getenv("DLLM_WHOLE_GRAPH");
     d->whole = d->attn && !(wg && std::string(wg) == "0");
+    // DLLM_NORM_FOLD=0 keeps the RMSNorm kernels (to measure). The folded
+    // copies of the QKV and gate-up weights cost their size again (2.4 GB
+    // for MiniCPM5-2B): the model's own weights are views of wqkv and wgu.
+    const char *nf = std::getenv("DLLM_NORM_FOLD");
+    int64_t C = d->embed.size(1);
+    bool foldable = d->kernels && C % 8 == 0 && !(nf && std::string(nf) == "0");
+    for (auto &ly : d->layers)
+      foldable = foldable && !ly.bqkv.defined() && ly.wgu.size(0) % 16 == 0 && ly.wqkv.is_contiguous() &&
+                 ly.wgu.is_contiguous();
+    if (foldable) {
+      at::NoGradGuard ng;
+      for (auto &ly : d->layers) {
+        ly.wqkv_n = (ly.wqkv.to(at::kFloat) * ly.n1.to(at::kFloat)).to(st);
+        ly.wgu_n = (ly.wgu.to(at::kFloat) * ly.n2.to(at::kFloat)).to(st);
+      }
+      d->fold = true;
+    }
 #endif
 #ifdef DLLM_CUDA
     d->graphs = cuda ? graphs : 0;

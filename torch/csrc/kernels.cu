@@ -160,22 +160,51 @@ __global__ void rms_norm_vec_kernel(const T *x, const T *w, T *out, int chunks, 
   }
 }
 
-// Grid (T, H + 2 Hkv): one block per token and head of the fused output,
-// D/2 threads, each rotating the pair (i, i + D/2).
-template <typename T>
+// inv_rms is 1 / sqrt(mean(x^2) + eps) of the row x (C values, a multiple
+// of 16 bytes, 16-byte aligned), for every thread of the block; summed in
+// float32 as rms_norm_vec_kernel sums. Once per kernel (block_sum).
+template <typename T> __device__ inline float inv_rms(const T *x, int C, float eps) {
+  constexpr int E = 16 / sizeof(T);
+  float ss = 0;
+  for (int c = threadIdx.x; c < C / E; c += blockDim.x) {
+    uint4 v = reinterpret_cast<const uint4 *>(x)[c];
+    const T *e = reinterpret_cast<const T *>(&v);
+#pragma unroll
+    for (int i = 0; i < E; i++) ss += f32(e[i]) * f32(e[i]);
+  }
+  return rsqrtf(block_sum(ss) / static_cast<float>(C) + eps);
+}
+
+// Grid (T, heads / (blockDim / (D/2))): each block takes token t and
+// blockDim / (D/2) consecutive heads of the fused output, D/2 threads a
+// head, each rotating the pair (i, i + D/2). NORM: qkv is the projection of
+// x itself, not of its RMSNorm (the norm's weight is folded into the
+// projection's columns, see dtk_rope_qkv), so each value is first scaled by
+// x_t's inverse RMS and rounded, which is what the projection of the
+// normalised row gives up to rounding.
+template <typename T, bool NORM>
 __global__ void rope_qkv_kernel(const T *qkv, const T *cos, const T *sin, const int64_t *pos, T *q, T *kc, T *vc,
-                                int64_t H, int64_t Hkv, int64_t D) {
-  int64_t t = blockIdx.x, h = blockIdx.y, half = D / 2, i = threadIdx.x;
-  const T *src = qkv + (t * (H + 2 * Hkv) + h) * D;
+                                int64_t H, int64_t Hkv, int64_t D, const T *x, int C, float eps) {
+  const int64_t t = blockIdx.x, half = D / 2, i = threadIdx.x % half;
+  const int64_t h = int64_t(blockIdx.y) * (blockDim.x / half) + threadIdx.x / half;
   // The positions (written when the forward starts, several kernels back:
-  // see attn_decode_kernel) and the tables are read before the wait.
+  // see attn_decode_kernel), the tables and x (the input of the projection
+  // just before) are read before the wait.
+  const float r = NORM ? inv_rms(x + t * C, C, eps) : 1.0f;
+  if (h >= H + 2 * Hkv) { // a block's spare heads (the last block)
+    dep_wait();
+    dep_launch();
+    return;
+  }
+  const T *src = qkv + (t * (H + 2 * Hkv) + h) * D;
+  auto in = [&](int64_t j) { return NORM ? round<T>(f32(src[j]) * r) : f32(src[j]); };
   int64_t p = pos[t];
   if (h >= H + Hkv) { // a value head: copied as is
     dep_wait();
     dep_launch();
     T *dst = vc + (p * Hkv + (h - H - Hkv)) * D;
-    dst[i] = src[i];
-    dst[i + half] = src[i + half];
+    dst[i] = cast<T>(in(i));
+    dst[i + half] = cast<T>(in(i + half));
     return;
   }
   const T *c = cos + p * D, *s = sin + p * D;
@@ -183,7 +212,7 @@ __global__ void rope_qkv_kernel(const T *qkv, const T *cos, const T *sin, const 
   dep_wait();
   dep_launch();
   T *dst = h < H ? q + (t * H + h) * D : kc + (p * Hkv + (h - H)) * D;
-  float x1 = f32(src[i]), x2 = f32(src[i + half]);
+  float x1 = in(i), x2 = in(i + half);
   // x*cos + rotate_half(x)*sin with rotate_half(x) = (-x2, x1).
   dst[i] = cast<T>(round<T>(x1 * c1) + round<T>(-x2 * s1));
   dst[i + half] = cast<T>(round<T>(x2 * c2) + round<T>(x1 * s2));
@@ -220,6 +249,30 @@ template <typename T> __global__ void silu_mul_kernel(const T *gu, T *out, int64
     float g = f32(gu[t * 2 * F + j]), u = f32(gu[t * 2 * F + F + j]);
     out[k] = cast<T>(round<T>(g / (1.0f + __expf(-g))) * u);
   }
+}
+
+// silu_mul_kernel with the RMSNorm folded away as in rope_qkv_kernel: gu is
+// the projection of x itself, so gate and up are first scaled by x_t's
+// inverse RMS and rounded. Grid (T, chunks of a row / blockDim), 16 bytes
+// a thread.
+template <typename T>
+__global__ void silu_mul_norm_kernel(const T *gu, T *out, int64_t F, const T *x, int C, float eps) {
+  constexpr int E = 16 / sizeof(T);
+  const int64_t t = blockIdx.x, fc = F / E, j = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
+  const float r = inv_rms(x + t * C, C, eps); // x: the input of the projection before, as in rope_qkv_kernel
+  dep_wait();
+  dep_launch();
+  if (j >= fc) return;
+  const uint4 *g4 = reinterpret_cast<const uint4 *>(gu) + t * 2 * fc;
+  uint4 gv = g4[j], uv = g4[fc + j], y;
+  const T *ge = reinterpret_cast<const T *>(&gv), *ue = reinterpret_cast<const T *>(&uv);
+  T *ye = reinterpret_cast<T *>(&y);
+#pragma unroll
+  for (int i = 0; i < E; i++) {
+    float g = round<T>(f32(ge[i]) * r), u = round<T>(f32(ue[i]) * r);
+    ye[i] = cast<T>(round<T>(g / (1.0f + __expf(-g))) * u);
+  }
+  reinterpret_cast<uint4 *>(out)[t * fc + j] = y;
 }
 
 // The one-row GEMV's input, staged in shared memory: x as it is; x through
@@ -346,16 +399,32 @@ template <typename T> int rms_norm(const void *x, const void *w, void *out, int6
 
 template <typename T>
 int rope_qkv(const void *qkv, const void *cos, const void *sin, const int64_t *pos, void *q, void *kc, void *vc,
-             int64_t Tn, int64_t H, int64_t Hkv, int64_t D, cudaStream_t s) {
-  dim3 grid(Tn, H + 2 * Hkv);
-  return launch(rope_qkv_kernel<T>, grid, static_cast<unsigned>(D / 2), 0, s, static_cast<const T *>(qkv),
-                static_cast<const T *>(cos), static_cast<const T *>(sin), pos, static_cast<T *>(q),
-                static_cast<T *>(kc), static_cast<T *>(vc), H, Hkv, D);
+             int64_t Tn, int64_t H, int64_t Hkv, int64_t D, const void *x, int64_t C, float eps, cudaStream_t s) {
+  if (!x) {
+    dim3 grid(Tn, H + 2 * Hkv);
+    return launch(rope_qkv_kernel<T, false>, grid, static_cast<unsigned>(D / 2), 0, s, static_cast<const T *>(qkv),
+                  static_cast<const T *>(cos), static_cast<const T *>(sin), pos, static_cast<T *>(q),
+                  static_cast<T *>(kc), static_cast<T *>(vc), H, Hkv, D, static_cast<const T *>(nullptr), 0, eps);
+  }
+  // Several heads a block, so that fewer blocks each read x's row.
+  int64_t hb = D / 2 >= 256 ? 1 : 256 / (D / 2), heads = H + 2 * Hkv;
+  dim3 grid(Tn, (heads + hb - 1) / hb);
+  return launch(rope_qkv_kernel<T, true>, grid, static_cast<unsigned>(hb * (D / 2)), 0, s,
+                static_cast<const T *>(qkv), static_cast<const T *>(cos), static_cast<const T *>(sin), pos,
+                static_cast<T *>(q), static_cast<T *>(kc), static_cast<T *>(vc), H, Hkv, D,
+                static_cast<const T *>(x), static_cast<int>(C), eps);
 }
 
-template <typename T> int silu_mul(const void *gu, void *out, int64_t Tn, int64_t F, cudaStream_t s) {
+template <typename T>
+int silu_mul(const void *gu, void *out, int64_t Tn, int64_t F, const void *x, int64_t C, float eps, cudaStream_t s) {
   constexpr int E = 16 / sizeof(T);
   auto aligned = [](const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
+  if (x) {
+    int64_t fc = F / E;
+    dim3 grid(Tn, (fc + 255) / 256);
+    return launch(silu_mul_norm_kernel<T>, grid, 256, 0, s, static_cast<const T *>(gu), static_cast<T *>(out), F,
+                  static_cast<const T *>(x), static_cast<int>(C), eps);
+  }
   if (F % E == 0 && aligned(gu) && aligned(out)) {
     int64_t n = Tn * F / E;
     int blocks = static_cast<int>((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096);
@@ -366,7 +435,6 @@ template <typename T> int silu_mul(const void *gu, void *out, int64_t Tn, int64_
   int blocks = static_cast<int>((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096);
   return launch(silu_mul_kernel<T>, blocks, 256, 0, s, static_cast<const T *>(gu), static_cast<T *>(out), Tn, F);
 }
-
 
 // --- a captured forward's inputs ----------------------------------------------
 
@@ -857,19 +925,30 @@ int dtk_rms_norm(int dtype, const void *x, const void *w, void *out, int64_t row
   return cudaErrorInvalidValue;
 }
 
+// x_ok: x (rows of C values) can be read 16 bytes at a time, as inv_rms does.
+static bool x_ok(const void *x, int64_t C, int dtype) {
+  int64_t E = dtype == kF32 ? 4 : 8;
+  return (reinterpret_cast<uintptr_t>(x) & 15) == 0 && C > 0 && C % E == 0 && C <= 2147483647;
+}
+
 int dtk_rope_qkv(int dtype, const void *qkv, const void *cos, const void *sin, const int64_t *pos, void *q,
-                 void *kcache, void *vcache, int64_t T, int64_t H, int64_t Hkv, int64_t D, void *stream) {
+                 void *kcache, void *vcache, int64_t T, int64_t H, int64_t Hkv, int64_t D, const void *x, int64_t C,
+                 float eps, void *stream) {
   auto s = static_cast<cudaStream_t>(stream);
-  if (D % 2 != 0 || D / 2 > 1024) return cudaErrorInvalidValue;
-  if (dtype == kBF16) return rope_qkv<__nv_bfloat16>(qkv, cos, sin, pos, q, kcache, vcache, T, H, Hkv, D, s);
-  if (dtype == kF16) return rope_qkv<__half>(qkv, cos, sin, pos, q, kcache, vcache, T, H, Hkv, D, s);
+  if (D % 2 != 0 || D / 2 > 1024 || (x && !x_ok(x, C, dtype))) return cudaErrorInvalidValue;
+  if (dtype == kBF16)
+    return rope_qkv<__nv_bfloat16>(qkv, cos, sin, pos, q, kcache, vcache, T, H, Hkv, D, x, C, eps, s);
+  if (dtype == kF16) return rope_qkv<__half>(qkv, cos, sin, pos, q, kcache, vcache, T, H, Hkv, D, x, C, eps, s);
   return cudaErrorInvalidValue;
 }
 
-int dtk_silu_mul(int dtype, const void *gu, void *out, int64_t T, int64_t F, void *stream) {
+int dtk_silu_mul(int dtype, const void *gu, void *out, int64_t T, int64_t F, const void *x, int64_t C, float eps,
+                 void *stream) {
   auto s = static_cast<cudaStream_t>(stream);
-  if (dtype == kBF16) return silu_mul<__nv_bfloat16>(gu, out, T, F, s);
-  if (dtype == kF16) return silu_mul<__half>(gu, out, T, F, s);
+  auto aligned = [](const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
+  if (x && (!x_ok(x, C, dtype) || F % 8 != 0 || !aligned(gu) || !aligned(out))) return cudaErrorInvalidValue;
+  if (dtype == kBF16) return silu_mul<__nv_bfloat16>(gu, out, T, F, x, C, eps, s);
+  if (dtype == kF16) return silu_mul<__half>(gu, out, T, F, x, C, eps, s);
   return cudaErrorInvalidValue;
 }
 

@@ -20,12 +20,20 @@ int dtk_rms_norm(int dtype, const void *x, const void *w, void *out, int64_t row
 // with RoPE; keys with RoPE and values written to the caches (Max, Hkv, D)
 // at rows pos[t]. cos and sin (Max, D) are the tables in the dtype; the
 // arithmetic rounds where HF's x*cos + rotate_half(x)*sin does.
+// Given x (T, C), not null: qkv is the projection of x by weights with an
+// RMSNorm's weight folded into their columns (W diag(w)), so every value is
+// first scaled by x_t's 1 / sqrt(mean(x_t^2) + eps) and rounded: the
+// RMSNorm costs no kernel of its own. x: 16-byte aligned, C % 8 == 0.
 int dtk_rope_qkv(int dtype, const void *qkv, const void *cos, const void *sin, const int64_t *pos, void *q,
-                 void *kcache, void *vcache, int64_t T, int64_t H, int64_t Hkv, int64_t D, void *stream);
+                 void *kcache, void *vcache, int64_t T, int64_t H, int64_t Hkv, int64_t D, const void *x, int64_t C,
+                 float eps, void *stream);
 
 // out (T, F) = silu(gu[:, :F]) * gu[:, F:], rounding after the SiLU as
-// at::silu followed by a product does.
-int dtk_silu_mul(int dtype, const void *gu, void *out, int64_t T, int64_t F, void *stream);
+// at::silu followed by a product does. Given x (T, C), not null, gate and
+// up are first scaled by x_t's inverse RMS as in dtk_rope_qkv (F % 8 == 0,
+// gu and out 16-byte aligned).
+int dtk_silu_mul(int dtype, const void *gu, void *out, int64_t T, int64_t F, const void *x, int64_t C, float eps,
+                 void *stream);
 
 // out (N) = w (N, K) x (K) (+ resid (N) when not null; it may be out) for
 // one row, in float32 with one rounding at the end as cuBLAS's linear and
