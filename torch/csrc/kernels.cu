@@ -646,6 +646,7 @@ constexpr int kAD = 128, kARows = 64, kAKeys = 64, kAThreads = 128;
 // splits past the keys end empty (lse -inf, part 0, weight 0 in the merge).
 // The first causal tokens see only the keys up to their own position (a
 // finished block's commit riding in the forward); the rest see them all.
+// Warps whose rows are all past R (an AR step's 8 rows) only load.
 template <typename T>
 __global__ void __launch_bounds__(kAThreads)
     attn_decode_kernel(const T *__restrict__ q, const T *__restrict__ kc, const T *__restrict__ vc, T *__restrict__ out,
@@ -702,12 +703,17 @@ __global__ void __launch_bounds__(kAThreads)
   }
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0}; // rows lane/4 and lane/4 + 8
   unsigned qf[kAD / 16][4];
+  const bool active = rb * kARows + warp * 16 < R;
   for (int it = t0; it < t1; it++) {
     int stage = (it - t0) % 2;
     if (it + 1 < t1) load_kv(stage ^ 1, it + 1);
     cp_commit();
     cp_wait<1>();
     __syncthreads();
+    if (!active) { // rows past R: the loads only
+      __syncthreads();
+      continue;
+    }
     if (it == t0) {
 #pragma unroll
       for (int kk = 0; kk < kAD / 16; kk++)
