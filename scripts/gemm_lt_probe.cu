@@ -9,9 +9,7 @@
 //     NV=$(python3 -c 'import torch,os;print(os.path.dirname(os.path.dirname(torch.__file__)))')/nvidia/cu13/lib
 //     nvcc -O2 -std=c++17 -arch=sm_90 -o /tmp/p scripts/gemm_lt_probe.cu -L$NV \
 //         -l:libcublasLt.so.13 -l:libcublas.so.13 -Xlinker -rpath=$NV && /tmp/p
-#include "gpu_probe.cuh"
-
-#include <cublasLt.h>
+#include "gpu_lt.cuh"
 #include <cublas_v2.h>
 
 #include <cmath>
@@ -70,18 +68,10 @@ int main() {
       });
       def(0, ref);
       // 2. cuBLASLt: the same product with C = residual and D = out (no copy).
-      cublasLtMatmulDesc_t md;
-      CK(cublasLtMatmulDescCreate(&md, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-      cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-      CK(cublasLtMatmulDescSetAttribute(md, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-      CK(cublasLtMatmulDescSetAttribute(md, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-      cublasLtMatrixLayout_t la, lb, lc;
-      CK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, sh.k, sh.n, sh.k));
-      CK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, sh.k, M, sh.k));
-      CK(cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, sh.n, M, sh.n));
-      cublasLtMatmulPreference_t pref;
-      CK(cublasLtMatmulPreferenceCreate(&pref));
-      CK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsz, sizeof wsz));
+      probe::LtMatmul lm(M, sh.n, sh.k, wsz);
+      auto &md = lm.md;
+      auto &la = lm.la, &lb = lm.lb, &lc = lm.lc;
+      auto &pref = lm.pref;
       cublasLtMatmulHeuristicResult_t hr[64];
       int nres = 0;
       CK(cublasLtMatmulAlgoGetHeuristic(lt, md, la, lb, lc, lc, pref, 64, hr, &nres));
@@ -114,11 +104,6 @@ int main() {
                   M, sh.name, t_def, t_lin, first, best, bi, nres, bi >= 0 ? hr[bi].workspaceSize : 0, besterr, floor_us);
       tot_def[mi] += t_def;
       tot_best[mi] += best;
-      cublasLtMatmulPreferenceDestroy(pref);
-      cublasLtMatrixLayoutDestroy(la);
-      cublasLtMatrixLayoutDestroy(lb);
-      cublasLtMatrixLayoutDestroy(lc);
-      cublasLtMatmulDescDestroy(md);
       cudaFree(x); cudaFree(res); cudaFree(out); cudaFree(ref);
     }
     for (auto w : W) cudaFree(w);

@@ -14,9 +14,7 @@
 //     NV=$(python3 -c 'import torch,os;print(os.path.dirname(os.path.dirname(torch.__file__)))')/nvidia/cu13/lib
 //     nvcc -O2 -std=c++17 -arch=sm_90 -o /tmp/p scripts/gemm_lt_tune_probe.cu -L$NV \
 //         -l:libcublasLt.so.13 -Xlinker -rpath=$NV && /tmp/p
-#include "gpu_probe.cuh"
-
-#include <cublasLt.h>
+#include "gpu_lt.cuh"
 
 #include <cmath>
 #include <string>
@@ -60,18 +58,10 @@ int main() {
       CK(cudaMalloc(&out, (size_t)M * sh.n * 2));
       float one = 1.f, zero = 0.f;
       const float *beta = sh.resid ? &one : &zero;
-      cublasLtMatmulDesc_t md;
-      CK(cublasLtMatmulDescCreate(&md, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-      cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-      CK(cublasLtMatmulDescSetAttribute(md, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-      CK(cublasLtMatmulDescSetAttribute(md, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-      cublasLtMatrixLayout_t la, lb, lc;
-      CK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, sh.k, sh.n, sh.k));
-      CK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, sh.k, M, sh.k));
-      CK(cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, sh.n, M, sh.n));
-      cublasLtMatmulPreference_t pref;
-      CK(cublasLtMatmulPreferenceCreate(&pref));
-      CK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsz, sizeof wsz));
+      probe::LtMatmul lm(M, sh.n, sh.k, wsz);
+      auto &md = lm.md;
+      auto &la = lm.la, &lb = lm.lb, &lc = lm.lc;
+      auto &pref = lm.pref;
 
       // The reference: the heuristic's first pick on a fresh residual copy.
       std::vector<__nv_bfloat16> ref((size_t)M * sh.n), got(ref.size());
@@ -184,11 +174,6 @@ int main() {
       tot[mi][0] += t_def;
       tot[mi][1] += ba > 0 ? std::min(ba, t_def) : t_def;
       tot[mi][2] += bb > 0 ? std::min(bb, t_def) : t_def;
-      cublasLtMatmulPreferenceDestroy(pref);
-      cublasLtMatrixLayoutDestroy(la);
-      cublasLtMatrixLayoutDestroy(lb);
-      cublasLtMatrixLayoutDestroy(lc);
-      cublasLtMatmulDescDestroy(md);
       cudaFree(x), cudaFree(res), cudaFree(out);
     }
     for (auto w : W) cudaFree(w);
