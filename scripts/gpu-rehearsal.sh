@@ -243,8 +243,9 @@ if 4 in rates and 5 in rates:
     h1, h2 = 16000 * 65536 / r1 / 3600, 3000 * 65536 / r2 / 3600
     print(f"\nprojected full recipe at these rates (1 sequence a step; the presets accumulate 16 and 8, a few % faster):")
     print(f"  stage 1: 1,048,576,000 tokens / {r1:,.0f} tok/s = {h1:.0f} h; stage 2: 196,608,000 / {r2:,.0f} = {h2:.0f} h;"
-          f" both {h1 + h2:.0f} h = {(h1 + h2) / 24:.1f} days (the script assumes 2,900 and 2,030: 127 h)")
-    print(f"  stage 2 / stage 1 tokens/s: {r2 / r1:.2f} (the plan assumes 0.70); pass --train-tps {r1:.0f} to scripts/minicpm5-2b.sh")
+          f" both {h1 + h2:.0f} h = {(h1 + h2) / 24:.1f} days (scripts/minicpm5-2b.sh assumes 4,700 and 3,619: 77 h)")
+    print(f"  stage 2 / stage 1 tokens/s: {r2 / r1:.2f} (the script uses 0.77, measured with the presets' settings);"
+          f" pass --train-tps {r1:.0f} to scripts/minicpm5-2b.sh")
     if ckpt_s:
         c = max(ckpt_s.values())
         print(f"  checkpoints: 32 in stage 1 (every 500 steps) + 12 in stage 2 (every 250) x {c:.0f} s = {44 * c / 60:.0f} min more")
