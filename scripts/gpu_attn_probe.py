@@ -15,18 +15,12 @@ import ctypes
 import torch
 import torch.nn.functional as Fn
 
+from gpu_shim import DT_BF16, attn, lib, scr
 from gpu_timing import timed
 
 dev, dt = "cuda", torch.bfloat16
 H, Hkv, D = 16, 2, 128
 G = H // Hkv
-DT_BF16 = 15
-lib = ctypes.CDLL("bin/libdllmtorch.so")
-attn = lib.dtk_attn_decode
-attn.argtypes = [ctypes.c_int] + [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 4 + [ctypes.c_float] + [ctypes.c_void_p] * 2
-scr = lib.dtk_attn_decode_scratch
-scr.argtypes = [ctypes.c_int64] * 4
-scr.restype = ctypes.c_int64
 flash = torch.ops.aten._flash_attention_forward
 
 

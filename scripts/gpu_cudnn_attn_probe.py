@@ -10,23 +10,14 @@ by the dense count. A first look, not a decoder change.
 
     PYTHONPATH=scripts python3 scripts/gpu_cudnn_attn_probe.py
 """
-import ctypes
-
 import torch
-import torch.nn.functional as Fn
 
+from gpu_shim import DT_BF16, attn, scr
 from gpu_timing import timed
 
 dev, dt = "cuda", torch.bfloat16
 H, Hkv, D, T = 16, 2, 128, 32
 R = T * H // Hkv  # folded rows a key head
-DT_BF16 = 15
-lib = ctypes.CDLL("bin/libdllmtorch.so")
-attn = lib.dtk_attn_decode
-attn.argtypes = [ctypes.c_int] + [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 4 + [ctypes.c_float] + [ctypes.c_void_p] * 2
-scr = lib.dtk_attn_decode_scratch
-scr.argtypes = [ctypes.c_int64] * 4
-scr.restype = ctypes.c_int64
 cudnn = torch.ops.aten._scaled_dot_product_cudnn_attention
 flash = torch.ops.aten._scaled_dot_product_flash_attention
 print(f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, {torch.cuda.get_device_name()}")
