@@ -38,6 +38,12 @@
 #define DT_HAVE_SDPA 1
 #endif
 
+// aten::_cudnn_attention_forward with device-side cumulative lengths
+// (varlen): the decoder's cuDNN attention path (attend_cudnn).
+#if defined(DLLM_KERNELS) && (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 10))
+#define DLLM_CUDNN_VARLEN 1
+#endif
+
 namespace {
 
 std::atomic<int64_t> live{0};
@@ -836,6 +842,8 @@ struct Decoder {
   bool attn = false;    // kernels.cu's attention for rows without a mask (head dim 128)
   bool whole = false;   // one graph per forward where attention is attn's
   bool fold = false;    // RMSNorm weights folded into the matmuls of forwards of 2+ tokens
+  int64_t cudnn_splits = 0; // with attn: block steps' attention through cuDNN, the keys in this many splits
+  std::map<int64_t, at::Tensor> cudnn_cum_q; // its query offsets per folded row count
   int graphs = 0;      // capture graphs for query lengths up to this
   std::map<int64_t, int> seen; // forwards per capture key (see forward), before capture
 #ifdef DLLM_CUDA
@@ -1006,7 +1014,9 @@ struct Decoder {
   // attend_all is attention of q (1, T, H, D) over the cache slots up to
   // the last row's position, which kernels.cu reads on the device: the
   // first c rows causally (as attend), the others seeing every key; (T, H*D).
-  at::Tensor attend_all(DecLayer &ly, const at::Tensor &q, const at::Tensor &positions, int64_t c) {
+  at::Tensor attend_all(DecLayer &ly, const at::Tensor &q, const at::Tensor &positions, int64_t c,
+                        const at::Tensor &cum_k = at::Tensor()) {
+    if (cum_k.defined()) return attend_cudnn(ly, q, cum_k);
     auto Tn = q.size(1), Smax = cos.size(0);
     auto out = at::empty({Tn, H * D}, q.options());
     auto scratch = at::empty({dtk_attn_decode_scratch(Tn, H, Hkv, Smax)}, q.options().dtype(at::kFloat));
@@ -1016,6 +1026,60 @@ struct Decoder {
                                      scratch.data_ptr(), stream()),
                  "attn_decode");
     return out;
+  }
+
+  // cudnn_keys is the split points of the keys a forward at positions sees,
+  // for attend_cudnn (computed on the device once a forward), or undefined
+  // where the cuDNN path does not apply: one-token forwards, and forwards
+  // whose first rows attend causally (a fused commit).
+  at::Tensor cudnn_keys(const at::Tensor &positions, int64_t causal) {
+    auto Tn = positions.numel();
+    if (cudnn_splits == 0 || Tn < 2 || causal > 0) return at::Tensor();
+    auto ck = at::empty({cudnn_splits + 1}, positions.options().dtype(at::kInt));
+    check_launch(dtk_attn_split_keys(positions.data_ptr<int64_t>(), Tn, cudnn_splits, ck.data_ptr<int>(), stream()),
+                 "attn_split_keys");
+    return ck;
+  }
+
+  // attend_cudnn is attend_all through cuDNN's fused attention, which runs
+  // Hopper's tensor cores at ~2.5x the shim's kernel's rate (docs/
+  // performance.md): the keys [0, n) cut into cudnn_splits sequences of one
+  // varlen call (cum_k from cudnn_keys, on the device, so a graph serves
+  // every n), the G query heads of a key head folded into rows and repeated
+  // for each split, the splits merged by their log-sum-exp; (T, H*D).
+  at::Tensor attend_cudnn(DecLayer &ly, const at::Tensor &q, const at::Tensor &cum_k) {
+#ifdef DLLM_CUDNN_VARLEN
+    auto Tn = q.size(1), G = H / Hkv, R = Tn * G, P = cudnn_splits, Smax = ly.kc.size(0);
+    auto qf = q.reshape({Tn, Hkv, G, D}).permute({0, 2, 1, 3}).reshape({1, R, Hkv, D}).expand({P, R, Hkv, D});
+    qf = qf.reshape({P * R, Hkv, D}); // (P R, Hkv, D): split s's row r = token r / G, head h G + r % G
+    auto &cq = cudnn_cum_q[R];
+    if (!cq.defined()) cq = at::arange(0, (P + 1) * R, R, q.options().dtype(at::kInt));
+    auto r = at::_cudnn_attention_forward(qf, ly.kc, ly.vc, c10::nullopt, cq, cum_k, R, (Smax + P - 1) / P, true, 0.0,
+                                          false, false, attn_scale());
+    auto parts = std::get<0>(r).contiguous();
+    auto lse = std::get<1>(r);
+    TORCH_CHECK(lse.scalar_type() == at::kFloat && lse.numel() == Hkv * P * R,
+                "attention: cuDNN's log-sum-exp is ", lse.sizes(), " ", lse.scalar_type());
+    lse = lse.squeeze();
+    int64_t lh = 0, lr = 0;
+    if (lse.dim() == 1) { // one key head
+      lr = lse.stride(0);
+    } else if (lse.dim() == 2 && lse.size(0) == Hkv) {
+      lh = lse.stride(0), lr = lse.stride(1);
+    } else if (lse.dim() == 2 && lse.size(1) == Hkv) {
+      lr = lse.stride(0), lh = lse.stride(1);
+    } else {
+      TORCH_CHECK(false, "attention: cuDNN's log-sum-exp has shape ", lse.sizes());
+    }
+    auto out = at::empty({Tn, H * D}, q.options());
+    check_launch(dtk_attn_merge_lse(static_cast<int>(q.scalar_type()), parts.data_ptr(), lse.data_ptr<float>(), lh,
+                                    lr, out.data_ptr(), Tn, H, Hkv, P, stream()),
+                 "attn_merge_lse");
+    return out;
+#else
+    TORCH_CHECK(false, "attention: the cuDNN path needs libtorch 2.10 or later");
+    return at::Tensor();
+#endif
   }
 #endif
 
@@ -1092,11 +1156,16 @@ struct Decoder {
     c.pos = at::arange(0, Tn, lo);
 #ifdef DLLM_KERNELS
     if (all) {
+      auto rows = causal_rows(Tn, causal);
+      if (cudnn_splits > 0 && Tn > 1 && rows == 0) { // cuDNN plans its call (and allocates) outside the capture
+        auto q = at::zeros({1, Tn, H, D}, embed.options());
+        attend_cudnn(layers[0], q, cudnn_keys(c.pos, rows));
+      }
       auto g = std::make_unique<at::cuda::CUDAGraph>();
       g->capture_begin(pool, cudaStreamCaptureModeThreadLocal);
       auto x = embed.index_select(0, c.ids);
-      auto rows = causal_rows(Tn, causal);
-      for (auto &ly : layers) x = post(ly, x, attend_all(ly, pre(ly, x, c.pos), c.pos, rows));
+      auto ck = cudnn_keys(c.pos, rows);
+      for (auto &ly : layers) x = post(ly, x, attend_all(ly, pre(ly, x, c.pos), c.pos, rows, ck));
       c.hn = norm_(x, norm);
       g->capture_end();
       if (pool.first == 0 && pool.second == 0) pool = g->pool();
@@ -1270,6 +1339,13 @@ dt_err dt_decoder_new(dt_tensor embed, dt_tensor norm, dt_tensor head, const dt_
     // DLLM_ATTN=0 keeps FlashAttention for every attention (to measure).
     const char *at_ = std::getenv("DLLM_ATTN");
     d->attn = d->kernels && d->flash && d->D == 128 && !(at_ && std::string(at_) == "0");
+#ifdef DLLM_CUDNN_VARLEN
+    // DLLM_ATTN_CUDNN is the key splits of block steps' attention through
+    // cuDNN (default 32; 0 keeps the shim's kernel, to measure).
+    const char *cu = std::getenv("DLLM_ATTN_CUDNN");
+    int64_t sp = cu ? std::atoll(cu) : 32;
+    d->cudnn_splits = d->attn && at::globalContext().userEnabledCuDNN() && sp > 0 ? std::min<int64_t>(sp, 128) : 0;
+#endif
     // DLLM_WHOLE_GRAPH=0 keeps per-layer graphs for every forward (to measure).
     const char *wg = std::getenv("DLLM_WHOLE_GRAPH");
     d->whole = d->attn && !(wg && std::string(wg) == "0");
