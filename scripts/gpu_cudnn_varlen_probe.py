@@ -7,7 +7,9 @@ dtk_attn_split_keys, so one CUDA graph serves every n), the block's rows
 folded and repeated per split, then dtk_attn_merge_lse. Checks it against
 float32 attention eagerly and after a graph captured at one n is replayed
 at others, then times it in graphs against the shim's own kernel as the
-decoder calls it (dtk_attn_decode_pos, sized for Max).
+decoder calls it (dtk_attn_decode_pos, sized for Max). If cuDNN's time
+follows Max (its max_k, fixed in a graph) rather than n, the decoder needs
+a graph per context bucket instead of one for all.
 
     PYTHONPATH=scripts python3 scripts/gpu_cudnn_varlen_probe.py
 """
@@ -47,7 +49,7 @@ class Path:
     def __call__(self):
         global shown
         assert lib.dtk_attn_split_keys(self.pos.data_ptr(), T, self.P, self.cum_k.data_ptr(), stream()) == 0
-        qf = self.q.view(T, Hkv, G, D).permute(0, 2, 1, 3).reshape(1, R, Hkv, D).expand(self.P, R, Hkv, D)
+        qf = self.q.view(T, Hkv, G, D).permute(0, 2, 1, 3).unsqueeze(0).expand(self.P, T, G, Hkv, D)
         qf = qf.reshape(self.P * R, Hkv, D)
         res = op(qf, self.kc, self.vc, None, self.cum_q, self.cum_k, R, self.max_k, True, 0.0, False, False,
                  scale=D ** -0.5)

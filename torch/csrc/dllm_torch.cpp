@@ -1050,8 +1050,9 @@ struct Decoder {
   at::Tensor attend_cudnn(DecLayer &ly, const at::Tensor &q, const at::Tensor &cum_k) {
 #ifdef DLLM_CUDNN_VARLEN
     auto Tn = q.size(1), G = H / Hkv, R = Tn * G, P = cudnn_splits, Smax = ly.kc.size(0);
-    auto qf = q.reshape({Tn, Hkv, G, D}).permute({0, 2, 1, 3}).reshape({1, R, Hkv, D}).expand({P, R, Hkv, D});
-    qf = qf.reshape({P * R, Hkv, D}); // (P R, Hkv, D): split s's row r = token r / G, head h G + r % G
+    // (P R, Hkv, D), one copy: split s's row r = token r / G, head h G + r % G.
+    auto qf = q.reshape({Tn, Hkv, G, D}).permute({0, 2, 1, 3}).unsqueeze(0).expand({P, Tn, G, Hkv, D});
+    qf = qf.reshape({P * R, Hkv, D});
     auto &cq = cudnn_cum_q[R];
     if (!cq.defined()) cq = at::arange(0, (P + 1) * R, R, q.options().dtype(at::kInt));
     auto r = at::_cudnn_attention_forward(qf, ly.kc, ly.vc, c10::nullopt, cq, cum_k, R, (Smax + P - 1) / P, true, 0.0,
