@@ -843,6 +843,7 @@ struct Decoder {
   bool whole = false;   // one graph per forward where attention is attn's
   bool fold = false;    // RMSNorm weights folded into the matmuls of forwards of 2+ tokens
   int64_t cudnn_splits = 0; // with attn: block steps' attention through cuDNN, the keys in this many splits
+  bool cudnn_buckets = false; // a graph per context bucket for the cuDNN path (its longest split fixed in each)
   std::map<int64_t, at::Tensor> cudnn_cum_q; // its query offsets per folded row count
   int graphs = 0;      // capture graphs for query lengths up to this
   std::map<int64_t, int> seen; // forwards per capture key (see forward), before capture
@@ -1015,8 +1016,8 @@ struct Decoder {
   // the last row's position, which kernels.cu reads on the device: the
   // first c rows causally (as attend), the others seeing every key; (T, H*D).
   at::Tensor attend_all(DecLayer &ly, const at::Tensor &q, const at::Tensor &positions, int64_t c,
-                        const at::Tensor &cum_k = at::Tensor()) {
-    if (cum_k.defined()) return attend_cudnn(ly, q, cum_k);
+                        const at::Tensor &cum_k = at::Tensor(), int64_t keys = 0) {
+    if (cum_k.defined()) return attend_cudnn(ly, q, cum_k, keys);
     auto Tn = q.size(1), Smax = cos.size(0);
     auto out = at::empty({Tn, H * D}, q.options());
     auto scratch = at::empty({dtk_attn_decode_scratch(Tn, H, Hkv, Smax)}, q.options().dtype(at::kFloat));
@@ -1045,11 +1046,12 @@ struct Decoder {
   // Hopper's tensor cores at ~2.5x the shim's kernel's rate (docs/
   // performance.md): the keys [0, n) cut into cudnn_splits sequences of one
   // varlen call (cum_k from cudnn_keys, on the device, so a graph serves
-  // every n), the G query heads of a key head folded into rows and repeated
-  // for each split, the splits merged by their log-sum-exp; (T, H*D).
-  at::Tensor attend_cudnn(DecLayer &ly, const at::Tensor &q, const at::Tensor &cum_k) {
+  // every n up to keys, all the cache when 0), the G query heads of a key
+  // head folded into rows and repeated for each split, the splits merged by
+  // their log-sum-exp; (T, H*D).
+  at::Tensor attend_cudnn(DecLayer &ly, const at::Tensor &q, const at::Tensor &cum_k, int64_t keys) {
 #ifdef DLLM_CUDNN_VARLEN
-    auto Tn = q.size(1), G = H / Hkv, R = Tn * G, P = cudnn_splits, Smax = ly.kc.size(0);
+    auto Tn = q.size(1), G = H / Hkv, R = Tn * G, P = cudnn_splits, Smax = keys > 0 ? keys : ly.kc.size(0);
     // (P R, Hkv, D), one copy: split s's row r = token r / G, head h G + r % G.
     auto qf = q.reshape({Tn, Hkv, G, D}).permute({0, 2, 1, 3}).unsqueeze(0).expand({P, Tn, G, Hkv, D});
     qf = qf.reshape({P * R, Hkv, D});
@@ -1148,8 +1150,9 @@ struct Decoder {
   // caller has just run an eager forward of the same length (so cuBLAS has
   // its workspace there). Capturing only records: nothing runs. all: one
   // graph for the whole forward (see forward), its first causal rows
-  // attending causally, under capture_key(T, causal).
-  void capture(int64_t Tn, int64_t causal, bool all) {
+  // attending causally, under capture_key(T, causal, end) for forwards
+  // ending at end.
+  void capture(int64_t Tn, int64_t causal, bool all, int64_t end) {
     auto dev = embed.device();
     Captured c;
     auto lo = at::TensorOptions().dtype(at::kLong).device(dev);
@@ -1160,18 +1163,19 @@ struct Decoder {
       auto rows = causal_rows(Tn, causal);
       if (cudnn_splits > 0 && Tn > 1 && rows == 0) { // cuDNN plans its call (and allocates) outside the capture
         auto q = at::zeros({1, Tn, H, D}, embed.options());
-        attend_cudnn(layers[0], q, cudnn_keys(c.pos, rows));
+        attend_cudnn(layers[0], q, cudnn_keys(c.pos, rows), cudnn_bucket(Tn, causal, end));
       }
       auto g = std::make_unique<at::cuda::CUDAGraph>();
       g->capture_begin(pool, cudaStreamCaptureModeThreadLocal);
       auto x = embed.index_select(0, c.ids);
       auto ck = cudnn_keys(c.pos, rows);
-      for (auto &ly : layers) x = post(ly, x, attend_all(ly, pre(ly, x, c.pos), c.pos, rows, ck));
+      auto keys = cudnn_bucket(Tn, causal, end);
+      for (auto &ly : layers) x = post(ly, x, attend_all(ly, pre(ly, x, c.pos), c.pos, rows, ck, keys));
       c.hn = norm_(x, norm);
       g->capture_end();
       if (pool.first == 0 && pool.second == 0) pool = g->pool();
       c.g.push_back(std::move(g));
-      captured.emplace(capture_key(Tn, causal), std::move(c));
+      captured.emplace(capture_key(Tn, causal, end), std::move(c));
       return;
     }
 #endif
@@ -1217,7 +1221,7 @@ struct Decoder {
   // copy of the ids.
   at::Tensor forward_host(const int64_t *ids, int64_t n, int64_t pos, int64_t causal) {
     if (kernels && graphs > 0 && n <= graphs && n <= DTK_SET_IDS_MAX && pos >= 0 && pos + n <= cos.size(0)) {
-      auto it = captured.find(capture_key(n, causal));
+      auto it = captured.find(capture_key(n, causal, pos + n));
       if (it != captured.end()) {
         check_launch(dtk_set_ids(it->second.ids.data_ptr<int64_t>(), it->second.pos.data_ptr<int64_t>(), ids, n,
                                  pos, stream()),
@@ -1234,9 +1238,21 @@ struct Decoder {
   // causal of them causal: with kernels.cu's attention one graph per
   // (T, causal) (negative keys), else per-layer graphs per T (attention
   // runs between them, told causal at each replay).
-  int64_t capture_key(int64_t Tn, int64_t causal) const {
+  // With cudnn_buckets the cuDNN path's forwards have a graph per context
+  // bucket too.
+  int64_t capture_key(int64_t Tn, int64_t causal, int64_t end) const {
     if (!whole) return Tn;
-    return -(Tn * (int64_t(1) << 20) + causal_rows(Tn, causal));
+    return -(cudnn_bucket(Tn, causal, end) * (int64_t(1) << 32) + Tn * (int64_t(1) << 20) + causal_rows(Tn, causal));
+  }
+
+  // cudnn_bucket is the keys a cuDNN-path graph for forwards ending at end
+  // is sized for with cudnn_buckets (a power of two from 4096, at most the
+  // cache), or 0: one graph for every context, or not the cuDNN path.
+  int64_t cudnn_bucket(int64_t Tn, int64_t causal, int64_t end) const {
+    if (!cudnn_buckets || cudnn_splits == 0 || Tn < 2 || causal_rows(Tn, causal) > 0) return 0;
+    int64_t b = 4096;
+    while (b < end) b *= 2;
+    return std::min<int64_t>(b, cos.size(0));
   }
 
   // causal_rows is how many of T rows attend causally given causal: a
@@ -1259,7 +1275,7 @@ struct Decoder {
                 ") exceed the context of ", cos.size(0));
 #ifdef DLLM_CUDA
     if (graphs > 0 && Tn <= graphs) {
-      int64_t key = capture_key(Tn, causal);
+      int64_t key = capture_key(Tn, causal, pos + Tn);
       bool all = key < 0;
       auto it = captured.find(key);
       if (it != captured.end()) {
@@ -1278,7 +1294,7 @@ struct Decoder {
         {
           c10::cuda::CUDAStreamGuard sg(*side);
           h = eager(ids, pos, causal);
-          capture(Tn, causal, all);
+          capture(Tn, causal, all, pos + Tn);
         }
         side->synchronize();
         return h;
@@ -1346,6 +1362,10 @@ dt_err dt_decoder_new(dt_tensor embed, dt_tensor norm, dt_tensor head, const dt_
     const char *cu = std::getenv("DLLM_ATTN_CUDNN");
     int64_t sp = cu ? std::atoll(cu) : 32;
     d->cudnn_splits = d->attn && at::globalContext().userEnabledCuDNN() && sp > 0 ? std::min<int64_t>(sp, 128) : 0;
+    // DLLM_ATTN_CUDNN_BUCKETS=1: a graph per context bucket (4k, 8k, ...)
+    // for it, should cuDNN's time follow the longest split it is sized for.
+    const char *cb = std::getenv("DLLM_ATTN_CUDNN_BUCKETS");
+    d->cudnn_buckets = d->cudnn_splits > 0 && cb && std::string(cb) == "1";
 #endif
     // DLLM_WHOLE_GRAPH=0 keeps per-layer graphs for every forward (to measure).
     const char *wg = std::getenv("DLLM_WHOLE_GRAPH");
