@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -1162,8 +1163,15 @@ struct Decoder {
     if (all) {
       auto rows = causal_rows(Tn, causal);
       if (cudnn_splits > 0 && Tn > 1 && rows == 0) { // cuDNN plans its call (and allocates) outside the capture
-        auto q = at::zeros({1, Tn, H, D}, embed.options());
-        attend_cudnn(layers[0], q, cudnn_keys(c.pos, rows), cudnn_bucket(Tn, causal, end));
+        try {
+          auto q = at::zeros({1, Tn, H, D}, embed.options());
+          attend_cudnn(layers[0], q, cudnn_keys(c.pos, rows), cudnn_bucket(Tn, causal, end));
+        } catch (const std::exception &e) { // a cuDNN without this kernel: the shim's attention instead
+          std::string m = e.what();
+          std::fprintf(stderr, "dllm: cuDNN attention unavailable, using the shim's: %s\n",
+                       m.substr(0, m.find('\n')).c_str());
+          cudnn_splits = 0;
+        }
       }
       auto g = std::make_unique<at::cuda::CUDAGraph>();
       g->capture_begin(pool, cudaStreamCaptureModeThreadLocal);
