@@ -39,10 +39,11 @@
 #define DT_HAVE_SDPA 1
 #endif
 
-// aten::_cudnn_attention_forward with device-side cumulative lengths
-// (varlen): the decoder's cuDNN attention path (attend_cudnn).
+// aten::_scaled_dot_product_cudnn_attention with an additive mask: the
+// decoder's cuDNN attention path (attend_cudnn). Measured with libtorch
+// 2.11 only.
 #if defined(DLLM_KERNELS) && (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 10))
-#define DLLM_CUDNN_VARLEN 1
+#define DLLM_CUDNN_ATTN 1
 #endif
 
 namespace {
@@ -843,9 +844,8 @@ struct Decoder {
   bool attn = false;    // kernels.cu's attention for rows without a mask (head dim 128)
   bool whole = false;   // one graph per forward where attention is attn's
   bool fold = false;    // RMSNorm weights folded into the matmuls of forwards of 2+ tokens
-  int64_t cudnn_splits = 0; // with attn: block steps' attention through cuDNN, the keys in this many splits
-  bool cudnn_buckets = false; // a graph per context bucket for the cuDNN path (its longest split fixed in each)
-  std::map<int64_t, at::Tensor> cudnn_cum_q; // its query offsets per folded row count
+  int64_t cudnn_chunk = 0; // with attn: block steps' attention through cuDNN, keys in chunks of this many or more
+  at::Tensor cudnn_bias;    // its key mask (Max), rewritten by every such forward (dtk_attn_key_bias)
   int graphs = 0;      // capture graphs for query lengths up to this
   std::map<int64_t, int> seen; // forwards per capture key (see forward), before capture
 #ifdef DLLM_CUDA
@@ -1016,9 +1016,10 @@ struct Decoder {
   // attend_all is attention of q (1, T, H, D) over the cache slots up to
   // the last row's position, which kernels.cu reads on the device: the
   // first c rows causally (as attend), the others seeing every key; (T, H*D).
+  // With bucket > 0 it runs attend_cudnn over that many slots instead.
   at::Tensor attend_all(DecLayer &ly, const at::Tensor &q, const at::Tensor &positions, int64_t c,
-                        const at::Tensor &cum_k = at::Tensor(), int64_t keys = 0) {
-    if (cum_k.defined()) return attend_cudnn(ly, q, cum_k, keys);
+                        int64_t bucket = 0) {
+    if (bucket > 0) return attend_cudnn(ly, q, bucket);
     auto Tn = q.size(1), Smax = cos.size(0);
     auto out = at::empty({Tn, H * D}, q.options());
     auto scratch = at::empty({dtk_attn_decode_scratch(Tn, H, Hkv, Smax)}, q.options().dtype(at::kFloat));
@@ -1030,54 +1031,33 @@ struct Decoder {
     return out;
   }
 
-  // cudnn_keys is the split points of the keys a forward at positions sees,
-  // for attend_cudnn (computed on the device once a forward), or undefined
-  // where the cuDNN path does not apply: one-token forwards, and forwards
-  // whose first rows attend causally (a fused commit).
-  at::Tensor cudnn_keys(const at::Tensor &positions, int64_t causal) {
-    auto Tn = positions.numel();
-    if (cudnn_splits == 0 || Tn < 2 || causal > 0) return at::Tensor();
-    auto ck = at::empty({cudnn_splits + 1}, positions.options().dtype(at::kInt));
-    check_launch(dtk_attn_split_keys(positions.data_ptr<int64_t>(), Tn, cudnn_splits, ck.data_ptr<int>(), stream()),
-                 "attn_split_keys");
-    return ck;
-  }
-
-  // attend_cudnn is attend_all through cuDNN's fused attention, which runs
-  // Hopper's tensor cores at ~2.5x the shim's kernel's rate (docs/
-  // performance.md): the keys [0, n) cut into cudnn_splits sequences of one
-  // varlen call (cum_k from cudnn_keys, on the device, so a graph serves
-  // every n up to keys, all the cache when 0), the G query heads of a key
-  // head folded into rows and repeated for each split, the splits merged by
-  // their log-sum-exp; (T, H*D).
-  at::Tensor attend_cudnn(DecLayer &ly, const at::Tensor &q, const at::Tensor &cum_k, int64_t keys) {
-#ifdef DLLM_CUDNN_VARLEN
-    auto Tn = q.size(1), G = H / Hkv, R = Tn * G, P = cudnn_splits, Smax = keys > 0 ? keys : ly.kc.size(0);
-    // (P R, Hkv, D), one copy: split s's row r = token r / G, head h G + r % G.
-    auto qf = q.reshape({Tn, Hkv, G, D}).permute({0, 2, 1, 3}).unsqueeze(0).expand({P, Tn, G, Hkv, D});
-    qf = qf.reshape({P * R, Hkv, D});
-    auto &cq = cudnn_cum_q[R];
-    if (!cq.defined()) cq = at::arange(0, (P + 1) * R, R, q.options().dtype(at::kInt));
-    auto r = at::_cudnn_attention_forward(qf, ly.kc, ly.vc, c10::nullopt, cq, cum_k, R, (Smax + P - 1) / P, true, 0.0,
-                                          false, false, attn_scale());
-    auto parts = std::get<0>(r).contiguous();
-    auto lse = std::get<1>(r);
-    TORCH_CHECK(lse.scalar_type() == at::kFloat && lse.numel() == Hkv * P * R,
-                "attention: cuDNN's log-sum-exp is ", lse.sizes(), " ", lse.scalar_type());
-    lse = lse.squeeze();
-    int64_t lh = 0, lr = 0;
-    if (lse.dim() == 1) { // one key head
-      lr = lse.stride(0);
-    } else if (lse.dim() == 2 && lse.size(0) == Hkv) {
-      lh = lse.stride(0), lr = lse.stride(1);
-    } else if (lse.dim() == 2 && lse.size(1) == Hkv) {
-      lr = lse.stride(0), lh = lse.stride(1);
-    } else {
-      TORCH_CHECK(false, "attention: cuDNN's log-sum-exp has shape ", lse.sizes());
-    }
+  // attend_cudnn is attend_all for rows that all see every key through
+  // cuDNN's fused attention, which runs Hopper's tensor cores at ~2.5x the
+  // shim's kernel's rate (docs/performance.md), split as the shim splits:
+  // the G query heads of a key head folded into rows, the first Sb cache
+  // slots (a bucket, see cudnn_bucket) cut into P chunks that are the batch
+  // of one dense call (PyTorch caches its plan, so a CUDA graph can hold
+  // it), the slots past the context masked by cudnn_bias, the chunks merged
+  // by their log-sum-exp; (T, H*D).
+  at::Tensor attend_cudnn(DecLayer &ly, const at::Tensor &q, int64_t Sb) {
+#ifdef DLLM_CUDNN_ATTN
+    auto Tn = q.size(1), G = H / Hkv, R = Tn * G, Sp = cudnn_split(Sb), P = Sb / Sp;
+    // (1, Hkv, R, D), key head h's row r = token r / G, head h G + r % G;
+    // the chunks share it through a batch stride of 0.
+    auto qf = q.reshape({Tn, Hkv, G, D}).permute({1, 0, 2, 3}).reshape({1, Hkv, R, D}).expand({P, Hkv, R, D});
+    auto k = ly.kc.narrow(0, 0, Sb).view({P, Sp, Hkv, D}).permute({0, 2, 1, 3}); // (P, Hkv, Sp, D)
+    auto v = ly.vc.narrow(0, 0, Sb).view({P, Sp, Hkv, D}).permute({0, 2, 1, 3});
+    auto bias = cudnn_bias.narrow(0, 0, Sb).view({P, 1, 1, Sp});
+    auto r = at::_scaled_dot_product_cudnn_attention(qf, k, v, bias, true, 0.0, false, false, attn_scale());
+    const auto &o = std::get<0>(r);   // (P, Hkv, R, D)
+    const auto &lse = std::get<1>(r); // (P, Hkv, R[, 1]), natural log
+    TORCH_CHECK(o.dim() == 4 && o.stride(3) == 1 && lse.scalar_type() == at::kFloat && lse.dim() >= 3,
+                "attention: cuDNN's output ", o.sizes(), o.strides(), " or log-sum-exp ", lse.sizes(),
+                lse.scalar_type(), " is not as expected");
     auto out = at::empty({Tn, H * D}, q.options());
-    check_launch(dtk_attn_merge_lse(static_cast<int>(q.scalar_type()), parts.data_ptr(), lse.data_ptr<float>(), lh,
-                                    lr, out.data_ptr(), Tn, H, Hkv, P, stream()),
+    check_launch(dtk_attn_merge_lse(static_cast<int>(q.scalar_type()), o.data_ptr(), o.stride(0), o.stride(1),
+                                    o.stride(2), lse.data_ptr<float>(), lse.stride(0), lse.stride(1), lse.stride(2),
+                                    out.data_ptr(), Tn, H, Hkv, P, stream()),
                  "attn_merge_lse");
     return out;
 #else
@@ -1162,23 +1142,27 @@ struct Decoder {
 #ifdef DLLM_KERNELS
     if (all) {
       auto rows = causal_rows(Tn, causal);
-      if (cudnn_splits > 0 && Tn > 1 && rows == 0) { // cuDNN plans its call (and allocates) outside the capture
+      if (cudnn_bucket(Tn, causal, end) > 0) { // cuDNN plans its call (and allocates) outside the capture
         try {
+          if (!cudnn_bias.defined()) cudnn_bias = at::zeros({cos.size(0)}, embed.options());
           auto q = at::zeros({1, Tn, H, D}, embed.options());
-          attend_cudnn(layers[0], q, cudnn_keys(c.pos, rows), cudnn_bucket(Tn, causal, end));
+          attend_cudnn(layers[0], q, cudnn_bucket(Tn, causal, end));
         } catch (const std::exception &e) { // a cuDNN without this kernel: the shim's attention instead
           std::string m = e.what();
           std::fprintf(stderr, "dllm: cuDNN attention unavailable, using the shim's: %s\n",
                        m.substr(0, m.find('\n')).c_str());
-          cudnn_splits = 0;
+          cudnn_chunk = 0;
         }
       }
+      auto bucket = cudnn_bucket(Tn, causal, end);
       auto g = std::make_unique<at::cuda::CUDAGraph>();
       g->capture_begin(pool, cudaStreamCaptureModeThreadLocal);
       auto x = embed.index_select(0, c.ids);
-      auto ck = cudnn_keys(c.pos, rows);
-      auto keys = cudnn_bucket(Tn, causal, end);
-      for (auto &ly : layers) x = post(ly, x, attend_all(ly, pre(ly, x, c.pos), c.pos, rows, ck, keys));
+      if (bucket > 0)
+        check_launch(dtk_attn_key_bias(static_cast<int>(cudnn_bias.scalar_type()), c.pos.data_ptr<int64_t>(), Tn,
+                                       cudnn_bias.data_ptr(), bucket, stream()),
+                     "attn_key_bias");
+      for (auto &ly : layers) x = post(ly, x, attend_all(ly, pre(ly, x, c.pos), c.pos, rows, bucket));
       c.hn = norm_(x, norm);
       g->capture_end();
       if (pool.first == 0 && pool.second == 0) pool = g->pool();
@@ -1246,21 +1230,34 @@ struct Decoder {
   // causal of them causal: with kernels.cu's attention one graph per
   // (T, causal) (negative keys), else per-layer graphs per T (attention
   // runs between them, told causal at each replay).
-  // With cudnn_buckets the cuDNN path's forwards have a graph per context
-  // bucket too.
+  // The cuDNN path's forwards have a graph per context bucket too.
   int64_t capture_key(int64_t Tn, int64_t causal, int64_t end) const {
     if (!whole) return Tn;
     return -(cudnn_bucket(Tn, causal, end) * (int64_t(1) << 32) + Tn * (int64_t(1) << 20) + causal_rows(Tn, causal));
   }
 
-  // cudnn_bucket is the keys a cuDNN-path graph for forwards ending at end
-  // is sized for with cudnn_buckets (a power of two from 4096, at most the
-  // cache), or 0: one graph for every context, or not the cuDNN path.
+  // cudnn_bucket is the cache slots [0, Sb) that the cuDNN path's graph
+  // for forwards ending at end attends over, the slots past end masked: end
+  // rounded up to whole chunks (cudnn_split), so that a graph serves a
+  // chunk's worth of contexts; or 0 where the shim's attention runs:
+  // one-token forwards, forwards whose first rows attend causally (a fused
+  // commit), and buckets past the cache.
   int64_t cudnn_bucket(int64_t Tn, int64_t causal, int64_t end) const {
-    if (!cudnn_buckets || cudnn_splits == 0 || Tn < 2 || causal_rows(Tn, causal) > 0) return 0;
-    int64_t b = 4096;
-    while (b < end) b *= 2;
-    return std::min<int64_t>(b, cos.size(0));
+    if (cudnn_chunk == 0 || Tn < 2 || causal_rows(Tn, causal) > 0) return 0;
+    int64_t Sp = cudnn_chunk;
+    while ((end + Sp - 1) / Sp > kCudnnChunks) Sp *= 2;
+    int64_t Sb = (end + Sp - 1) / Sp * Sp;
+    return Sb <= cos.size(0) ? Sb : 0;
+  }
+
+  // cudnn_split is the keys in each chunk of bucket Sb: cudnn_chunk, doubled
+  // until there are at most kCudnnChunks (cuDNN's batch; the merge reads
+  // every chunk of a row).
+  static constexpr int64_t kCudnnChunks = 64;
+  int64_t cudnn_split(int64_t Sb) const {
+    int64_t Sp = cudnn_chunk;
+    while (Sb / Sp > kCudnnChunks) Sp *= 2;
+    return Sp;
   }
 
   // causal_rows is how many of T rows attend causally given causal: a
@@ -1364,16 +1361,15 @@ dt_err dt_decoder_new(dt_tensor embed, dt_tensor norm, dt_tensor head, const dt_
     // DLLM_ATTN=0 keeps FlashAttention for every attention (to measure).
     const char *at_ = std::getenv("DLLM_ATTN");
     d->attn = d->kernels && d->flash && d->D == 128 && !(at_ && std::string(at_) == "0");
-#ifdef DLLM_CUDNN_VARLEN
-    // DLLM_ATTN_CUDNN is the key splits of block steps' attention through
-    // cuDNN (default 32; 0 keeps the shim's kernel, to measure).
+#ifdef DLLM_CUDNN_ATTN
+    // DLLM_ATTN_CUDNN is the keys a chunk of block steps' attention through
+    // cuDNN (default 512, a power of two from 64; 0 keeps the shim's
+    // kernel, to measure).
     const char *cu = std::getenv("DLLM_ATTN_CUDNN");
-    int64_t sp = cu ? std::atoll(cu) : 32;
-    d->cudnn_splits = d->attn && at::globalContext().userEnabledCuDNN() && sp > 0 ? std::min<int64_t>(sp, 128) : 0;
-    // DLLM_ATTN_CUDNN_BUCKETS=1: a graph per context bucket (4k, 8k, ...)
-    // for it, should cuDNN's time follow the longest split it is sized for.
-    const char *cb = std::getenv("DLLM_ATTN_CUDNN_BUCKETS");
-    d->cudnn_buckets = d->cudnn_splits > 0 && cb && std::string(cb) == "1";
+    int64_t ck = cu ? std::atoll(cu) : 512;
+    TORCH_CHECK(ck == 0 || (ck >= 64 && (ck & (ck - 1)) == 0), "DLLM_ATTN_CUDNN=", cu,
+                ": want 0 or a power of two from 64");
+    d->cudnn_chunk = d->attn && at::globalContext().userEnabledCuDNN() ? ck : 0;
 #endif
     // DLLM_WHOLE_GRAPH=0 keeps per-layer graphs for every forward (to measure).
     const char *wg = std::getenv("DLLM_WHOLE_GRAPH");

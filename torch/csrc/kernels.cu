@@ -876,43 +876,45 @@ __global__ void __launch_bounds__(kAD * kMergeWays, 4) // four CTAs an SM: a 32-
   out[row * kAD + d] = cast<T>(wsum > 0 ? acc / wsum : 0.0f);
 }
 
-// Grid (R, Hkv), kAD threads: the merge of a split attention done by
-// another kernel (cuDNN's, through the decoder's varlen call): parts
-// (splits * R, Hkv, kAD) in T, split s's row r at s * R + r, its natural-log
-// lse at lse[h * lse_h + (s * R + r) * lse_r]; out row = sum_s w_s part_s /
-// sum_s w_s with w_s = e^(lse_s - max lse), into (T, H, kAD) at folded row
-// r's token and head. A split without keys (lse -inf) weighs nothing.
+// Grid (R, Hkv), kAD threads: the merge of an attention split over its
+// keys by another kernel (cuDNN's, the splits its batch, in the decoder):
+// split s's folded row r of key head h at parts[s ps + h ph + r pr] (kAD
+// contiguous, in T), its natural-log lse at lse[s ls + h lh + r lr]; out
+// row = sum_s w_s part_s / sum_s w_s with w_s = e^(lse_s - max lse), into
+// (T, H, kAD) at folded row r's token and head.
 template <typename T>
 __global__ void __launch_bounds__(kAD)
-    attn_merge_lse_kernel(const T *parts, const float *lse, int64_t lse_h, int64_t lse_r, T *out, int R, int G, int H,
-                          int Hkv, int splits) {
-  __shared__ float ls[kAD]; // splits <= kAD
+    attn_merge_lse_kernel(const T *parts, int64_t ps, int64_t ph, int64_t pr, const float *lse, int64_t ls,
+                          int64_t lh, int64_t lr, T *out, int G, int H, int splits) {
+  __shared__ float lw[kAD]; // splits <= kAD
   const int r = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
   dep_wait();
   dep_launch();
-  if (d < splits) ls[d] = lse[int64_t(h) * lse_h + (int64_t(d) * R + r) * lse_r];
+  if (d < splits) lw[d] = lse[int64_t(d) * ls + int64_t(h) * lh + int64_t(r) * lr];
   __syncthreads();
   float mx = -INFINITY;
-  for (int s = 0; s < splits; s++) mx = fmaxf(mx, ls[s]);
+  for (int s = 0; s < splits; s++) mx = fmaxf(mx, lw[s]);
   float acc = 0, wsum = 0;
   for (int s = 0; s < splits; s++) {
-    if (!(ls[s] > -INFINITY)) continue; // no keys: its part may be 0 / 0
-    float w = __expf(ls[s] - mx);
-    acc += w * f32(parts[((int64_t(s) * R + r) * Hkv + h) * kAD + d]);
+    float w = __expf(lw[s] - mx);
+    acc += w * f32(parts[int64_t(s) * ps + int64_t(h) * ph + int64_t(r) * pr + d]);
     wsum += w;
   }
   int64_t row = int64_t(r / G) * H + int64_t(h) * G + r % G;
-  out[row * kAD + d] = cast<T>(wsum > 0 ? acc / wsum : 0.0f);
+  out[row * kAD + d] = cast<T>(acc / wsum);
 }
 
-// split_keys_kernel writes cum (splits + 1) = the first key of each split of
-// [0, pos[T - 1] + 1): s * n / splits, so no split is empty once there are
-// as many keys as splits.
-__global__ void split_keys_kernel(const int64_t *pos, int T, int splits, int *cum) {
+// key_bias_kernel writes bias[j], j < S: 0 for the keys j < n = pos[T-1] +
+// 1 a forward's rows see, kMaskedBias for the others, read on the device
+// so that a CUDA graph holds it while the context grows.
+constexpr float kMaskedBias = -30000.0f; // e^-30000 is 0 in float32; f16 holds it
+template <typename T>
+__global__ void key_bias_kernel(const int64_t *pos, int T_, T *bias, int64_t S) {
   dep_wait();
   dep_launch();
-  const int64_t n = pos[T - 1] + 1;
-  for (int s = threadIdx.x; s <= splits; s += blockDim.x) cum[s] = static_cast<int>(int64_t(s) * n / splits);
+  const int64_t n = pos[T_ - 1] + 1;
+  for (int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; j < S; j += int64_t(gridDim.x) * blockDim.x)
+    bias[j] = cast<T>(j < n ? 0.0f : kMaskedBias);
 }
 
 // attn_splits spreads the key tiles so that the grid has about
@@ -1062,29 +1064,36 @@ int dtk_attn_decode_pos(int dtype, const void *q, const void *kc, const void *vc
   return cudaErrorInvalidValue;
 }
 
-int dtk_attn_merge_lse(int dtype, const void *parts, const float *lse, int64_t lse_h, int64_t lse_r, void *out,
-                       int64_t T, int64_t H, int64_t Hkv, int64_t splits, void *stream) {
+int dtk_attn_merge_lse(int dtype, const void *parts, int64_t ps, int64_t ph, int64_t pr, const float *lse,
+                       int64_t ls, int64_t lh, int64_t lr, void *out, int64_t T, int64_t H, int64_t Hkv,
+                       int64_t splits, void *stream) {
   auto st = static_cast<cudaStream_t>(stream);
   if (!parts || !lse || !out || T < 1 || Hkv < 1 || H % Hkv != 0 || splits < 1 || splits > kAD ||
-      T * (H / Hkv) * splits > 2147483647)
+      T * (H / Hkv) > 2147483647)
     return cudaErrorInvalidValue;
   const int G = static_cast<int>(H / Hkv), R = static_cast<int>(T) * G;
   dim3 grid(static_cast<unsigned>(R), static_cast<unsigned>(Hkv));
   if (dtype == kBF16)
     return launch(attn_merge_lse_kernel<__nv_bfloat16>, grid, kAD, 0, st, static_cast<const __nv_bfloat16 *>(parts),
-                  lse, lse_h, lse_r, static_cast<__nv_bfloat16 *>(out), R, G, static_cast<int>(H),
-                  static_cast<int>(Hkv), static_cast<int>(splits));
-  if (dtype == kF16)
-    return launch(attn_merge_lse_kernel<__half>, grid, kAD, 0, st, static_cast<const __half *>(parts), lse, lse_h,
-                  lse_r, static_cast<__half *>(out), R, G, static_cast<int>(H), static_cast<int>(Hkv),
+                  ps, ph, pr, lse, ls, lh, lr, static_cast<__nv_bfloat16 *>(out), G, static_cast<int>(H),
                   static_cast<int>(splits));
+  if (dtype == kF16)
+    return launch(attn_merge_lse_kernel<__half>, grid, kAD, 0, st, static_cast<const __half *>(parts), ps, ph, pr,
+                  lse, ls, lh, lr, static_cast<__half *>(out), G, static_cast<int>(H), static_cast<int>(splits));
   return cudaErrorInvalidValue;
 }
 
-int dtk_attn_split_keys(const int64_t *pos, int64_t T, int64_t splits, int *cum, void *stream) {
-  if (!pos || !cum || T < 1 || splits < 1 || splits > 4096) return cudaErrorInvalidValue;
-  return launch(split_keys_kernel, 1, 128, 0, static_cast<cudaStream_t>(stream), pos, static_cast<int>(T),
-                static_cast<int>(splits), cum);
+int dtk_attn_key_bias(int dtype, const int64_t *pos, int64_t T, void *bias, int64_t S, void *stream) {
+  auto st = static_cast<cudaStream_t>(stream);
+  if (!pos || !bias || T < 1 || S < 1) return cudaErrorInvalidValue;
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((S + 255) / 256, 1024));
+  if (dtype == kBF16)
+    return launch(key_bias_kernel<__nv_bfloat16>, blocks, 256, 0, st, pos, static_cast<int>(T),
+                  static_cast<__nv_bfloat16 *>(bias), S);
+  if (dtype == kF16)
+    return launch(key_bias_kernel<__half>, blocks, 256, 0, st, pos, static_cast<int>(T), static_cast<__half *>(bias),
+                  S);
+  return cudaErrorInvalidValue;
 }
 
 int64_t dtk_attn_decode_scratch(int64_t T, int64_t H, int64_t Hkv, int64_t S) {

@@ -77,19 +77,20 @@ int dtk_attn_decode(int dtype, const void *q, const void *kc, const void *vc, vo
 int64_t dtk_attn_decode_scratch(int64_t T, int64_t H, int64_t Hkv, int64_t S);
 
 // The merge of an attention of q (T, H, 128) split over its keys by another
-// kernel (the decoder's cuDNN path): parts (splits * T * G, Hkv, 128), G =
-// H / Hkv, split s's folded row r (token r / G, head h G + r % G) at s T G +
-// r, its natural-log log-sum-exp at lse[h lse_h + (s T G + r) lse_r]
-// (float32); out (T, H, 128) = the splits weighted by e^lse. A split with
-// lse -inf (no keys) weighs nothing. splits <= 128.
-int dtk_attn_merge_lse(int dtype, const void *parts, const float *lse, int64_t lse_h, int64_t lse_r, void *out,
-                       int64_t T, int64_t H, int64_t Hkv, int64_t splits, void *stream);
+// kernel (the decoder's cuDNN path): with G = H / Hkv query heads a key head
+// folded into R = T G rows (row r: token r / G, head h G + r % G), split
+// s's row r of key head h at parts[s ps + h ph + r pr] (128 contiguous
+// values), its natural-log log-sum-exp (float32) at lse[s ls + h lh + r lr];
+// out (T, H, 128) = the splits weighted by e^lse. splits <= 128.
+int dtk_attn_merge_lse(int dtype, const void *parts, int64_t ps, int64_t ph, int64_t pr, const float *lse,
+                       int64_t ls, int64_t lh, int64_t lr, void *out, int64_t T, int64_t H, int64_t Hkv,
+                       int64_t splits, void *stream);
 
-// cum (splits + 1, int32) = the split points s n / splits of the n = pos[T
-// - 1] + 1 keys a forward's rows see, read on the device (a CUDA graph can
-// hold it while the context grows): the cumulative key counts of a varlen
-// attention call with one sequence a split.
-int dtk_attn_split_keys(const int64_t *pos, int64_t T, int64_t splits, int *cum, void *stream);
+// bias (S) = 0 for the keys [0, pos[T - 1] + 1) a forward at positions pos
+// sees, -30000 for the rest: the additive key mask of the decoder's cuDNN
+// path, read on the device (a CUDA graph can hold it while the context
+// grows).
+int dtk_attn_key_bias(int dtype, const int64_t *pos, int64_t T, void *bias, int64_t S, void *stream);
 
 // dtk_attn_decode with the number of keys read on the device: pos (T) are
 // the rows' consecutive positions and the keys seen are [0, pos[T-1] + 1),
