@@ -14,8 +14,6 @@ scr.restype = ctypes.c_int64
 attn_pos = lib.dtk_attn_decode_pos  # (dtype, q, kc, vc, out, T, H, Hkv, S, pos, causal, scale, scratch, stream)
 attn_pos.argtypes = [ctypes.c_int] + [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 4 + [ctypes.c_void_p, ctypes.c_int64,
                                                                                      ctypes.c_float] + [ctypes.c_void_p] * 2
-merge_lse = lib.dtk_attn_merge_lse  # (dtype, parts, ps, ph, pr, lse, ls, lh, lr, out, T, H, Hkv, splits, stream)
+merge_lse = lib.dtk_attn_merge_lse  # (dtype, parts, ps, ph, pr, lse, ls, lh, lr, pos, S, out, T, H, Hkv, splits, stream)
 merge_lse.argtypes = [ctypes.c_int, ctypes.c_void_p] + [ctypes.c_int64] * 3 + [ctypes.c_void_p] + [ctypes.c_int64] * 3 + \
-    [ctypes.c_void_p] + [ctypes.c_int64] * 4 + [ctypes.c_void_p]
-key_bias = lib.dtk_attn_key_bias  # (dtype, pos, T, bias, S, stream)
-key_bias.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p]
+    [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p] + [ctypes.c_int64] * 4 + [ctypes.c_void_p]

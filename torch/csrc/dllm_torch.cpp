@@ -39,9 +39,8 @@
 #define DT_HAVE_SDPA 1
 #endif
 
-// aten::_scaled_dot_product_cudnn_attention with an additive mask: the
-// decoder's cuDNN attention path (attend_cudnn). Measured with libtorch
-// 2.11 only.
+// aten::_scaled_dot_product_cudnn_attention: the decoder's cuDNN attention
+// path (attend_cudnn). Measured with libtorch 2.11 only.
 #if defined(DLLM_KERNELS) && (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 10))
 #define DLLM_CUDNN_ATTN 1
 #endif
@@ -845,7 +844,7 @@ struct Decoder {
   bool whole = false;   // one graph per forward where attention is attn's
   bool fold = false;    // RMSNorm weights folded into the matmuls of forwards of 2+ tokens
   int64_t cudnn_chunk = 0; // with attn: block steps' attention through cuDNN, keys in chunks of this many or more
-  at::Tensor cudnn_bias;    // its key mask (Max), rewritten by every such forward (dtk_attn_key_bias)
+  int64_t written = 0;      // the cache slots [written, Max) are zero (the cuDNN path reads past the context)
   int graphs = 0;      // capture graphs for query lengths up to this
   std::map<int64_t, int> seen; // forwards per capture key (see forward), before capture
 #ifdef DLLM_CUDA
@@ -1019,7 +1018,7 @@ struct Decoder {
   // With bucket > 0 it runs attend_cudnn over that many slots instead.
   at::Tensor attend_all(DecLayer &ly, const at::Tensor &q, const at::Tensor &positions, int64_t c,
                         int64_t bucket = 0) {
-    if (bucket > 0) return attend_cudnn(ly, q, bucket);
+    if (bucket > 0) return attend_cudnn(ly, q, positions, bucket);
     auto Tn = q.size(1), Smax = cos.size(0);
     auto out = at::empty({Tn, H * D}, q.options());
     auto scratch = at::empty({dtk_attn_decode_scratch(Tn, H, Hkv, Smax)}, q.options().dtype(at::kFloat));
@@ -1037,9 +1036,12 @@ struct Decoder {
   // the G query heads of a key head folded into rows, the first Sb cache
   // slots (a bucket, see cudnn_bucket) cut into P chunks that are the batch
   // of one dense call (PyTorch caches its plan, so a CUDA graph can hold
-  // it), the slots past the context masked by cudnn_bias, the chunks merged
-  // by their log-sum-exp; (T, H*D).
-  at::Tensor attend_cudnn(DecLayer &ly, const at::Tensor &q, int64_t Sb) {
+  // it; its varlen call rebuilds the plan every call in 2.11, and an
+  // additive mask takes a slower kernel, 15 us at 1k), the chunks merged by
+  // their log-sum-exp. The slots past the context are zero (see
+  // clear_past): each scores exactly 0, adding e^0 to its chunk's sum and
+  // nothing to its values, and the merge takes those off again. (T, H*D).
+  at::Tensor attend_cudnn(DecLayer &ly, const at::Tensor &q, const at::Tensor &positions, int64_t Sb) {
 #ifdef DLLM_CUDNN_ATTN
     auto Tn = q.size(1), G = H / Hkv, R = Tn * G, Sp = cudnn_split(Sb), P = Sb / Sp;
     // (1, Hkv, R, D), key head h's row r = token r / G, head h G + r % G;
@@ -1047,8 +1049,7 @@ struct Decoder {
     auto qf = q.reshape({Tn, Hkv, G, D}).permute({1, 0, 2, 3}).reshape({1, Hkv, R, D}).expand({P, Hkv, R, D});
     auto k = ly.kc.narrow(0, 0, Sb).view({P, Sp, Hkv, D}).permute({0, 2, 1, 3}); // (P, Hkv, Sp, D)
     auto v = ly.vc.narrow(0, 0, Sb).view({P, Sp, Hkv, D}).permute({0, 2, 1, 3});
-    auto bias = cudnn_bias.narrow(0, 0, Sb).view({P, 1, 1, Sp});
-    auto r = at::_scaled_dot_product_cudnn_attention(qf, k, v, bias, true, 0.0, false, false, attn_scale());
+    auto r = at::_scaled_dot_product_cudnn_attention(qf, k, v, c10::nullopt, true, 0.0, false, false, attn_scale());
     const auto &o = std::get<0>(r);   // (P, Hkv, R, D)
     const auto &lse = std::get<1>(r); // (P, Hkv, R[, 1]), natural log
     TORCH_CHECK(o.dim() == 4 && o.stride(3) == 1 && lse.scalar_type() == at::kFloat && lse.dim() >= 3,
@@ -1057,7 +1058,7 @@ struct Decoder {
     auto out = at::empty({Tn, H * D}, q.options());
     check_launch(dtk_attn_merge_lse(static_cast<int>(q.scalar_type()), o.data_ptr(), o.stride(0), o.stride(1),
                                     o.stride(2), lse.data_ptr<float>(), lse.stride(0), lse.stride(1), lse.stride(2),
-                                    out.data_ptr(), Tn, H, Hkv, P, stream()),
+                                    positions.data_ptr<int64_t>(), Sb, out.data_ptr(), Tn, H, Hkv, P, stream()),
                  "attn_merge_lse");
     return out;
 #else
@@ -1144,9 +1145,8 @@ struct Decoder {
       auto rows = causal_rows(Tn, causal);
       if (cudnn_bucket(Tn, causal, end) > 0) { // cuDNN plans its call (and allocates) outside the capture
         try {
-          if (!cudnn_bias.defined()) cudnn_bias = at::zeros({cos.size(0)}, embed.options());
           auto q = at::zeros({1, Tn, H, D}, embed.options());
-          attend_cudnn(layers[0], q, cudnn_bucket(Tn, causal, end));
+          attend_cudnn(layers[0], q, c.pos, cudnn_bucket(Tn, causal, end));
         } catch (const std::exception &e) { // a cuDNN without this kernel: the shim's attention instead
           std::string m = e.what();
           std::fprintf(stderr, "dllm: cuDNN attention unavailable, using the shim's: %s\n",
@@ -1158,10 +1158,6 @@ struct Decoder {
       auto g = std::make_unique<at::cuda::CUDAGraph>();
       g->capture_begin(pool, cudaStreamCaptureModeThreadLocal);
       auto x = embed.index_select(0, c.ids);
-      if (bucket > 0)
-        check_launch(dtk_attn_key_bias(static_cast<int>(cudnn_bias.scalar_type()), c.pos.data_ptr<int64_t>(), Tn,
-                                       cudnn_bias.data_ptr(), bucket, stream()),
-                     "attn_key_bias");
       for (auto &ly : layers) x = post(ly, x, attend_all(ly, pre(ly, x, c.pos), c.pos, rows, bucket));
       c.hn = norm_(x, norm);
       g->capture_end();
@@ -1215,6 +1211,7 @@ struct Decoder {
     if (kernels && graphs > 0 && n <= graphs && n <= DTK_SET_IDS_MAX && pos >= 0 && pos + n <= cos.size(0)) {
       auto it = captured.find(capture_key(n, causal, pos + n));
       if (it != captured.end()) {
+        clear_past(n, causal, pos + n);
         check_launch(dtk_set_ids(it->second.ids.data_ptr<int64_t>(), it->second.pos.data_ptr<int64_t>(), ids, n,
                                  pos, stream()),
                      "set_ids");
@@ -1272,12 +1269,29 @@ struct Decoder {
     return rows == 0 ? at::Tensor() : at::linear(h.narrow(0, Tn - rows, rows), head);
   }
 
+  // clear_past keeps the cache slots past a forward of T tokens ending at
+  // end zero where it takes the cuDNN path, which reads whole chunks past
+  // the context (attend_cudnn): what a longer context left there (a
+  // previous sequence) is zeroed first. A sequence's block steps end ever
+  // later, so this runs about once a sequence.
+  void clear_past(int64_t Tn, int64_t causal, int64_t end) {
+    if (written > end && cudnn_bucket(Tn, causal, end) > 0) {
+      for (auto &ly : layers) {
+        ly.kc.narrow(0, end, written - end).zero_();
+        ly.vc.narrow(0, end, written - end).zero_();
+      }
+      written = end;
+    }
+    written = std::max(written, end);
+  }
+
   // forward returns the final hidden states (T, C) of ids at [pos, pos+T).
   at::Tensor forward(const at::Tensor &ids, int64_t pos, int64_t causal) {
     auto Tn = ids.numel();
     TORCH_CHECK(Tn >= 1, "decoder: no input tokens");
     TORCH_CHECK(pos >= 0 && pos + Tn <= cos.size(0), "decoder: positions [", pos, ", ", pos + Tn,
                 ") exceed the context of ", cos.size(0));
+    clear_past(Tn, causal, pos + Tn);
 #ifdef DLLM_CUDA
     if (graphs > 0 && Tn <= graphs) {
       int64_t key = capture_key(Tn, causal, pos + Tn);

@@ -880,12 +880,17 @@ __global__ void __launch_bounds__(kAD * kMergeWays, 4) // four CTAs an SM: a 32-
 // keys by another kernel (cuDNN's, the splits its batch, in the decoder):
 // split s's folded row r of key head h at parts[s ps + h ph + r pr] (kAD
 // contiguous, in T), its natural-log lse at lse[s ls + h lh + r lr]; out
-// row = sum_s w_s part_s / sum_s w_s with w_s = e^(lse_s - max lse), into
-// (T, H, kAD) at folded row r's token and head.
+// row = sum_s w_s part_s / (sum_s w_s - pad e^-mx) with w_s = e^(lse_s -
+// mx), mx the largest lse, into (T, H, kAD) at folded row r's token and
+// head. pad = S - (pos[T-1] + 1) is the number of zero key and value slots
+// past the context that the splits covered (their scores are exactly 0,
+// so each added e^0 to a split's sum and nothing to its values); with pos
+// null, 0.
 template <typename T>
 __global__ void __launch_bounds__(kAD)
     attn_merge_lse_kernel(const T *parts, int64_t ps, int64_t ph, int64_t pr, const float *lse, int64_t ls,
-                          int64_t lh, int64_t lr, T *out, int G, int H, int splits) {
+                          int64_t lh, int64_t lr, const int64_t *pos, int Tn, int64_t S, T *out, int G, int H,
+                          int splits) {
   __shared__ float lw[kAD]; // splits <= kAD
   const int r = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
   dep_wait();
@@ -900,21 +905,9 @@ __global__ void __launch_bounds__(kAD)
     acc += w * f32(parts[int64_t(s) * ps + int64_t(h) * ph + int64_t(r) * pr + d]);
     wsum += w;
   }
+  if (pos) wsum -= static_cast<float>(S - (pos[Tn - 1] + 1)) * expf(-mx);
   int64_t row = int64_t(r / G) * H + int64_t(h) * G + r % G;
   out[row * kAD + d] = cast<T>(acc / wsum);
-}
-
-// key_bias_kernel writes bias[j], j < S: 0 for the keys j < n = pos[T-1] +
-// 1 a forward's rows see, kMaskedBias for the others, read on the device
-// so that a CUDA graph holds it while the context grows.
-constexpr float kMaskedBias = -30000.0f; // e^-30000 is 0 in float32; f16 holds it
-template <typename T>
-__global__ void key_bias_kernel(const int64_t *pos, int T_, T *bias, int64_t S) {
-  dep_wait();
-  dep_launch();
-  const int64_t n = pos[T_ - 1] + 1;
-  for (int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; j < S; j += int64_t(gridDim.x) * blockDim.x)
-    bias[j] = cast<T>(j < n ? 0.0f : kMaskedBias);
 }
 
 // attn_splits spreads the key tiles so that the grid has about
@@ -1065,8 +1058,8 @@ int dtk_attn_decode_pos(int dtype, const void *q, const void *kc, const void *vc
 }
 
 int dtk_attn_merge_lse(int dtype, const void *parts, int64_t ps, int64_t ph, int64_t pr, const float *lse,
-                       int64_t ls, int64_t lh, int64_t lr, void *out, int64_t T, int64_t H, int64_t Hkv,
-                       int64_t splits, void *stream) {
+                       int64_t ls, int64_t lh, int64_t lr, const int64_t *pos, int64_t S, void *out, int64_t T,
+                       int64_t H, int64_t Hkv, int64_t splits, void *stream) {
   auto st = static_cast<cudaStream_t>(stream);
   if (!parts || !lse || !out || T < 1 || Hkv < 1 || H % Hkv != 0 || splits < 1 || splits > kAD ||
       T * (H / Hkv) > 2147483647)
@@ -1075,24 +1068,12 @@ int dtk_attn_merge_lse(int dtype, const void *parts, int64_t ps, int64_t ph, int
   dim3 grid(static_cast<unsigned>(R), static_cast<unsigned>(Hkv));
   if (dtype == kBF16)
     return launch(attn_merge_lse_kernel<__nv_bfloat16>, grid, kAD, 0, st, static_cast<const __nv_bfloat16 *>(parts),
-                  ps, ph, pr, lse, ls, lh, lr, static_cast<__nv_bfloat16 *>(out), G, static_cast<int>(H),
-                  static_cast<int>(splits));
+                  ps, ph, pr, lse, ls, lh, lr, pos, static_cast<int>(T), S, static_cast<__nv_bfloat16 *>(out), G,
+                  static_cast<int>(H), static_cast<int>(splits));
   if (dtype == kF16)
     return launch(attn_merge_lse_kernel<__half>, grid, kAD, 0, st, static_cast<const __half *>(parts), ps, ph, pr,
-                  lse, ls, lh, lr, static_cast<__half *>(out), G, static_cast<int>(H), static_cast<int>(splits));
-  return cudaErrorInvalidValue;
-}
-
-int dtk_attn_key_bias(int dtype, const int64_t *pos, int64_t T, void *bias, int64_t S, void *stream) {
-  auto st = static_cast<cudaStream_t>(stream);
-  if (!pos || !bias || T < 1 || S < 1) return cudaErrorInvalidValue;
-  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((S + 255) / 256, 1024));
-  if (dtype == kBF16)
-    return launch(key_bias_kernel<__nv_bfloat16>, blocks, 256, 0, st, pos, static_cast<int>(T),
-                  static_cast<__nv_bfloat16 *>(bias), S);
-  if (dtype == kF16)
-    return launch(key_bias_kernel<__half>, blocks, 256, 0, st, pos, static_cast<int>(T), static_cast<__half *>(bias),
-                  S);
+                  lse, ls, lh, lr, pos, static_cast<int>(T), S, static_cast<__half *>(out), G, static_cast<int>(H),
+                  static_cast<int>(splits));
   return cudaErrorInvalidValue;
 }
 
