@@ -843,7 +843,7 @@ struct Decoder {
   bool attn = false;    // kernels.cu's attention for rows without a mask (head dim 128)
   bool whole = false;   // one graph per forward where attention is attn's
   bool fold = false;    // RMSNorm weights folded into the matmuls of forwards of 2+ tokens
-  int64_t cudnn_chunk = 0; // with attn: block steps' attention through cuDNN, keys in chunks of this many or more
+  bool cudnn = false;       // with attn: long block steps' attention through cuDNN (attend_cudnn)
   int64_t written = 0;      // the cache slots [written, Max) are zero (the cuDNN path reads past the context)
   int graphs = 0;      // capture graphs for query lengths up to this
   std::map<int64_t, int> seen; // forwards per capture key (see forward), before capture
@@ -1151,7 +1151,7 @@ struct Decoder {
           std::string m = e.what();
           std::fprintf(stderr, "dllm: cuDNN attention unavailable, using the shim's: %s\n",
                        m.substr(0, m.find('\n')).c_str());
-          cudnn_chunk = 0;
+          cudnn = false;
         }
       }
       auto bucket = cudnn_bucket(Tn, causal, end);
@@ -1234,26 +1234,34 @@ struct Decoder {
   }
 
   // cudnn_bucket is the cache slots [0, Sb) that the cuDNN path's graph
-  // for forwards ending at end attends over, the slots past end masked: end
-  // rounded up to whole chunks (cudnn_split), so that a graph serves a
-  // chunk's worth of contexts; or 0 where the shim's attention runs:
-  // one-token forwards, forwards whose first rows attend causally (a fused
-  // commit), and buckets past the cache.
+  // for forwards ending at end attends over, the slots past end zero:
+  // cudnn_ceil(end), so that a graph serves contexts up to a quarter
+  // shorter than its keys (each new bucket costs a capture, ~50 ms); or 0
+  // where the shim's attention runs: one-token forwards, forwards whose
+  // first rows attend causally (a fused commit), and contexts up to
+  // kCudnnFrom, where cuDNN's is no faster (docs/performance.md).
+  static constexpr int64_t kCudnnFrom = 4096;
   int64_t cudnn_bucket(int64_t Tn, int64_t causal, int64_t end) const {
-    if (cudnn_chunk == 0 || Tn < 2 || causal_rows(Tn, causal) > 0) return 0;
-    int64_t Sp = cudnn_chunk;
-    while ((end + Sp - 1) / Sp > kCudnnChunks) Sp *= 2;
-    int64_t Sb = (end + Sp - 1) / Sp * Sp;
-    return Sb <= cos.size(0) ? Sb : 0;
+    if (!cudnn || Tn < 2 || causal_rows(Tn, causal) > 0 || end <= kCudnnFrom) return 0;
+    int64_t Sb = cudnn_ceil(end);
+    return Sb <= layers[0].kc.size(0) ? Sb : 0;
   }
 
-  // cudnn_split is the keys in each chunk of bucket Sb: cudnn_chunk, doubled
-  // until there are at most kCudnnChunks (cuDNN's batch; the merge reads
-  // every chunk of a row).
-  static constexpr int64_t kCudnnChunks = 64;
-  int64_t cudnn_split(int64_t Sb) const {
-    int64_t Sp = cudnn_chunk;
-    while (Sb / Sp > kCudnnChunks) Sp *= 2;
+  // cudnn_ceil is the least bucket of at least n keys: 4, 5, 6 or 7 times a
+  // power of two from 1024.
+  static int64_t cudnn_ceil(int64_t n) {
+    for (int64_t b = 1024;; b *= 2)
+      for (int64_t m = 4; m < 8; m++)
+        if (m * b >= n) return m * b;
+  }
+
+  // cudnn_split is the keys in each chunk of bucket Sb: the largest power of
+  // two that leaves at least 20 chunks, at most 1024 (cuDNN's time follows
+  // a chunk's keys, ~7 us a 512, and 20-32 chunks ran fastest), and no more
+  // than 128 chunks (the merge's limit).
+  static int64_t cudnn_split(int64_t Sb) {
+    int64_t Sp = 64;
+    while (Sb % (2 * Sp) == 0 && ((Sb / (2 * Sp) >= 20 && 2 * Sp <= 1024) || Sb / Sp > 128)) Sp *= 2;
     return Sp;
   }
 
@@ -1376,14 +1384,16 @@ dt_err dt_decoder_new(dt_tensor embed, dt_tensor norm, dt_tensor head, const dt_
     const char *at_ = std::getenv("DLLM_ATTN");
     d->attn = d->kernels && d->flash && d->D == 128 && !(at_ && std::string(at_) == "0");
 #ifdef DLLM_CUDNN_ATTN
-    // DLLM_ATTN_CUDNN is the keys a chunk of block steps' attention through
-    // cuDNN (default 512, a power of two from 64; 0 keeps the shim's
-    // kernel, to measure).
+    // DLLM_ATTN_CUDNN=0 keeps the shim's attention for long block steps too
+    // (to measure). The cuDNN path reads whole buckets, so the caches reach
+    // the bucket past the context, zero (at most a quarter more).
     const char *cu = std::getenv("DLLM_ATTN_CUDNN");
-    int64_t ck = cu ? std::atoll(cu) : 512;
-    TORCH_CHECK(ck == 0 || (ck >= 64 && (ck & (ck - 1)) == 0), "DLLM_ATTN_CUDNN=", cu,
-                ": want 0 or a power of two from 64");
-    d->cudnn_chunk = d->attn && at::globalContext().userEnabledCuDNN() ? ck : 0;
+    d->cudnn = d->attn && at::globalContext().userEnabledCuDNN() && !(cu && std::string(cu) == "0");
+    if (d->cudnn && max > Decoder::kCudnnFrom)
+      for (auto &ly : d->layers) {
+        ly.kc = at::zeros({Decoder::cudnn_ceil(max), d->Hkv, d->D}, d->embed.options());
+        ly.vc = at::zeros_like(ly.kc);
+      }
 #endif
     // DLLM_WHOLE_GRAPH=0 keeps per-layer graphs for every forward (to measure).
     const char *wg = std::getenv("DLLM_WHOLE_GRAPH");
