@@ -1043,7 +1043,7 @@ struct Decoder {
   // nothing to its values, and the merge takes those off again. (T, H*D).
   at::Tensor attend_cudnn(DecLayer &ly, const at::Tensor &q, const at::Tensor &positions, int64_t Sb) {
 #ifdef DLLM_CUDNN_ATTN
-    auto Tn = q.size(1), G = H / Hkv, R = Tn * G, Sp = cudnn_split(Sb), P = Sb / Sp;
+    auto Tn = q.size(1), G = H / Hkv, R = Tn * G, P = kCudnnChunks, Sp = Sb / P;
     // (1, Hkv, R, D), key head h's row r = token r / G, head h G + r % G;
     // the chunks share it through a batch stride of 0.
     auto qf = q.reshape({Tn, Hkv, G, D}).permute({1, 0, 2, 3}).reshape({1, Hkv, R, D}).expand({P, Hkv, R, D});
@@ -1235,11 +1235,11 @@ struct Decoder {
 
   // cudnn_bucket is the cache slots [0, Sb) that the cuDNN path's graph
   // for forwards ending at end attends over, the slots past end zero:
-  // cudnn_ceil(end), so that a graph serves contexts up to a quarter
-  // shorter than its keys (each new bucket costs a capture, ~50 ms); or 0
-  // where the shim's attention runs: one-token forwards, forwards whose
-  // first rows attend causally (a fused commit), and contexts up to
-  // kCudnnFrom, where cuDNN's is no faster (docs/performance.md).
+  // cudnn_ceil(end), so that a graph serves 2048 contexts (each new bucket
+  // costs a capture, ~50 ms); or 0 where the shim's attention runs:
+  // one-token forwards, forwards whose first rows attend causally (a fused
+  // commit), and contexts up to kCudnnFrom, where cuDNN's is no faster
+  // (docs/performance.md).
   static constexpr int64_t kCudnnFrom = 4096;
   int64_t cudnn_bucket(int64_t Tn, int64_t causal, int64_t end) const {
     if (!cudnn || Tn < 2 || causal_rows(Tn, causal) > 0 || end <= kCudnnFrom) return 0;
@@ -1247,22 +1247,13 @@ struct Decoder {
     return Sb <= layers[0].kc.size(0) ? Sb : 0;
   }
 
-  // cudnn_ceil is the least bucket of at least n keys: 4, 5, 6 or 7 times a
-  // power of two from 1024.
+  // The cuDNN path cuts a bucket into kCudnnChunks chunks of a multiple of
+  // 64 keys: its time follows a chunk's keys (~7 us a 512), and 32 chunks
+  // of a 256-row block fill the H200 in one wave (40 ran 10 us slower).
+  static constexpr int64_t kCudnnChunks = 32;
   static int64_t cudnn_ceil(int64_t n) {
-    for (int64_t b = 1024;; b *= 2)
-      for (int64_t m = 4; m < 8; m++)
-        if (m * b >= n) return m * b;
-  }
-
-  // cudnn_split is the keys in each chunk of bucket Sb: the largest power of
-  // two that leaves at least 20 chunks, at most 1024 (cuDNN's time follows
-  // a chunk's keys, ~7 us a 512, and 20-32 chunks ran fastest), and no more
-  // than 128 chunks (the merge's limit).
-  static int64_t cudnn_split(int64_t Sb) {
-    int64_t Sp = 64;
-    while (Sb % (2 * Sp) == 0 && ((Sb / (2 * Sp) >= 20 && 2 * Sp <= 1024) || Sb / Sp > 128)) Sp *= 2;
-    return Sp;
+    const int64_t g = 64 * kCudnnChunks;
+    return (n + g - 1) / g * g;
   }
 
   // causal_rows is how many of T rows attend causally given causal: a
@@ -1386,7 +1377,7 @@ dt_err dt_decoder_new(dt_tensor embed, dt_tensor norm, dt_tensor head, const dt_
 #ifdef DLLM_CUDNN_ATTN
     // DLLM_ATTN_CUDNN=0 keeps the shim's attention for long block steps too
     // (to measure). The cuDNN path reads whole buckets, so the caches reach
-    // the bucket past the context, zero (at most a quarter more).
+    // the bucket's end (at most 2047 more slots, zero).
     const char *cu = std::getenv("DLLM_ATTN_CUDNN");
     d->cudnn = d->attn && at::globalContext().userEnabledCuDNN() && !(cu && std::string(cu) == "0");
     if (d->cudnn && max > Decoder::kCudnnFrom)
