@@ -13,6 +13,7 @@
 #include <torch/version.h>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -1308,6 +1309,7 @@ struct Decoder {
         if (!side) side = c10::cuda::getStreamFromPool(false, cur.device_index());
         // Once per length: plain synchronisation is cheap enough.
         cur.synchronize();
+        auto t0 = std::chrono::steady_clock::now();
         at::Tensor h;
         {
           c10::cuda::CUDAStreamGuard sg(*side);
@@ -1315,6 +1317,11 @@ struct Decoder {
           capture(Tn, causal, all, pos + Tn);
         }
         side->synchronize();
+        if (std::getenv("DLLM_CAPTURE_LOG"))
+          std::fprintf(stderr, "dllm: forward of %lld tokens (%lld causal) ending at %lld: eager + capture %.1f ms\n",
+                       static_cast<long long>(Tn), static_cast<long long>(causal_rows(Tn, causal)),
+                       static_cast<long long>(pos + Tn),
+                       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
         return h;
       }
     }
