@@ -11,7 +11,8 @@ import (
 // On a GPU (skipped elsewhere): the decoder's fast path (FlashAttention,
 // CUDA graphs, stacked projections) in bf16 is as close to a float32 truth
 // as the plain bf16 path is, for every kind of decode forward, before and
-// after its graphs are captured. MiniCPM5-2B's shape unless
+// after its graphs are captured, with its block steps' attention through
+// the shim's kernel and through cuDNN. MiniCPM5-2B's shape unless
 // $DLLM_TEST_CONFIG names another config.json directory; in f16 instead
 // when $DLLM_TEST_DTYPE is f16.
 //
@@ -62,7 +63,19 @@ func TestDecoderCUDAMatchesPlainPath(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m32.Free()
-	// 2. The three paths over one context.
+	// 2. The decoder's block steps attend through cuDNN past the context
+	// that $DLLM_ATTN_CUDNN gives (0: never).
+	for _, cudnn := range []string{"0", "64"} {
+		t.Run("DLLM_ATTN_CUDNN="+cudnn, func(t *testing.T) {
+			t.Setenv("DLLM_ATTN_CUDNN", cudnn)
+			checkDecoder(t, cfg, dev, dt, m16, m32)
+		})
+	}
+}
+
+// checkDecoder runs m16's decoder, m16 and m32 over one context: the three
+// paths of TestDecoderCUDAMatchesPlainPath.
+func checkDecoder(t *testing.T, cfg *Config, dev torch.Device, dt torch.DType, m16, m32 *Model) {
 	const ctx, block = 1000, 32
 	c16, err := m16.NewCache(1, 2048)
 	if err != nil {

@@ -845,6 +845,7 @@ struct Decoder {
   bool whole = false;   // one graph per forward where attention is attn's
   bool fold = false;    // RMSNorm weights folded into the matmuls of forwards of 2+ tokens
   bool cudnn = false;       // with attn: long block steps' attention through cuDNN (attend_cudnn)
+  int64_t cudnn_from = 0;   // for contexts past this many keys
   int64_t written = 0;      // the cache slots [written, Max) are zero (the cuDNN path reads past the context)
   int graphs = 0;      // capture graphs for query lengths up to this
   std::map<int64_t, int> seen; // forwards per capture key (see forward), before capture
@@ -1236,14 +1237,14 @@ struct Decoder {
 
   // cudnn_bucket is the cache slots [0, Sb) that the cuDNN path's graph
   // for forwards ending at end attends over, the slots past end zero:
-  // cudnn_ceil(end), so that a graph serves 2048 contexts (each new bucket
-  // costs a capture, ~50 ms); or 0 where the shim's attention runs:
-  // one-token forwards, forwards whose first rows attend causally (a fused
-  // commit), and contexts up to kCudnnFrom, where cuDNN's is no faster
-  // (docs/performance.md).
-  static constexpr int64_t kCudnnFrom = 4096;
+  // cudnn_ceil(end), so that a graph serves 2048 contexts; or 0 where the
+  // shim's attention runs: one-token forwards, forwards whose first rows
+  // attend causally (a fused commit), and contexts up to cudnn_from, where
+  // it gains less than a new bucket costs (~80 ms: an eager forward, the
+  // capture, and cuDNN planning the new shape, ~40 ms, in PyTorch's cache
+  // of the calling thread; docs/performance.md).
   int64_t cudnn_bucket(int64_t Tn, int64_t causal, int64_t end) const {
-    if (!cudnn || Tn < 2 || causal_rows(Tn, causal) > 0 || end <= kCudnnFrom) return 0;
+    if (!cudnn || Tn < 2 || causal_rows(Tn, causal) > 0 || end <= cudnn_from) return 0;
     int64_t Sb = cudnn_ceil(end);
     return Sb <= layers[0].kc.size(0) ? Sb : 0;
   }
@@ -1382,12 +1383,14 @@ dt_err dt_decoder_new(dt_tensor embed, dt_tensor norm, dt_tensor head, const dt_
     const char *at_ = std::getenv("DLLM_ATTN");
     d->attn = d->kernels && d->flash && d->D == 128 && !(at_ && std::string(at_) == "0");
 #ifdef DLLM_CUDNN_ATTN
-    // DLLM_ATTN_CUDNN=0 keeps the shim's attention for long block steps too
-    // (to measure). The cuDNN path reads whole buckets, so the caches reach
-    // the bucket's end (at most 2047 more slots, zero).
+    // DLLM_ATTN_CUDNN: block steps over contexts past this many keys
+    // attend through cuDNN (default 8192; 0 never, to measure). The path
+    // reads whole buckets, so the caches reach the last bucket's end (at
+    // most 2047 more slots, zero).
     const char *cu = std::getenv("DLLM_ATTN_CUDNN");
-    d->cudnn = d->attn && at::globalContext().userEnabledCuDNN() && !(cu && std::string(cu) == "0");
-    if (d->cudnn && max > Decoder::kCudnnFrom)
+    d->cudnn_from = cu && *cu ? std::atoll(cu) : 8192;
+    d->cudnn = d->attn && at::globalContext().userEnabledCuDNN() && d->cudnn_from > 0;
+    if (d->cudnn && max > d->cudnn_from)
       for (auto &ly : d->layers) {
         ly.kc = at::zeros({Decoder::cudnn_ceil(max), d->Hkv, d->D}, d->embed.options());
         ly.vc = at::zeros_like(ly.kc);
