@@ -1384,11 +1384,11 @@ dt_err dt_decoder_new(dt_tensor embed, dt_tensor norm, dt_tensor head, const dt_
     d->attn = d->kernels && d->flash && d->D == 128 && !(at_ && std::string(at_) == "0");
 #ifdef DLLM_CUDNN_ATTN
     // DLLM_ATTN_CUDNN: block steps over contexts past this many keys
-    // attend through cuDNN (default 8192; 0 never, to measure). The path
+    // attend through cuDNN (default 16384; 0 never, to measure). The path
     // reads whole buckets, so the caches reach the last bucket's end (at
     // most 2047 more slots, zero).
     const char *cu = std::getenv("DLLM_ATTN_CUDNN");
-    d->cudnn_from = cu && *cu ? std::atoll(cu) : 8192;
+    d->cudnn_from = cu && *cu ? std::atoll(cu) : 16384;
     d->cudnn = d->attn && at::globalContext().userEnabledCuDNN() && d->cudnn_from > 0;
     if (d->cudnn && max > d->cudnn_from)
       for (auto &ly : d->layers) {
