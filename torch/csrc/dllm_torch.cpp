@@ -1353,7 +1353,7 @@ dt_err dt_decoder_new(dt_tensor embed, dt_tensor norm, dt_tensor head, const dt_
     d->eps = eps;
     d->scale = attn_scale;
     TORCH_CHECK(d->cos.dim() == 2 && d->sin.sizes() == d->cos.sizes(), "decoder: cos and sin must be (Max, D)");
-    int64_t max = d->cos.size(0);
+    int64_t max = d->cos.size(0), slots = max; // slots: each KV cache's length
     for (int l = 0; l < n_layers; l++) {
       const dt_tensor *w = layers + 7 * l;
       DecLayer ly;
@@ -1366,8 +1366,6 @@ dt_err dt_decoder_new(dt_tensor embed, dt_tensor norm, dt_tensor head, const dt_
       ly.wdown = T(w[6]);
       TORCH_CHECK(ly.wqkv.size(0) == (n_head + 2 * n_kv_head) * d->D, "decoder: layer ", l,
                   ": fused QKV has ", ly.wqkv.size(0), " rows");
-      ly.kc = at::zeros({max, d->Hkv, d->D}, d->embed.options());
-      ly.vc = at::zeros({max, d->Hkv, d->D}, d->embed.options());
       d->layers.push_back(std::move(ly));
     }
     bool cuda = d->embed.is_cuda();
@@ -1390,11 +1388,7 @@ dt_err dt_decoder_new(dt_tensor embed, dt_tensor norm, dt_tensor head, const dt_
     const char *cu = std::getenv("DLLM_ATTN_CUDNN");
     d->cudnn_from = cu && *cu ? std::atoll(cu) : 16384;
     d->cudnn = d->attn && at::globalContext().userEnabledCuDNN() && d->cudnn_from > 0;
-    if (d->cudnn && max > d->cudnn_from)
-      for (auto &ly : d->layers) {
-        ly.kc = at::zeros({Decoder::cudnn_ceil(max), d->Hkv, d->D}, d->embed.options());
-        ly.vc = at::zeros_like(ly.kc);
-      }
+    if (d->cudnn && max > d->cudnn_from) slots = Decoder::cudnn_ceil(max);
 #endif
     // DLLM_WHOLE_GRAPH=0 keeps per-layer graphs for every forward (to measure).
     const char *wg = std::getenv("DLLM_WHOLE_GRAPH");
@@ -1417,6 +1411,10 @@ dt_err dt_decoder_new(dt_tensor embed, dt_tensor norm, dt_tensor head, const dt_
       d->fold = true;
     }
 #endif
+    for (auto &ly : d->layers) {
+      ly.kc = at::zeros({slots, d->Hkv, d->D}, d->embed.options());
+      ly.vc = at::zeros({slots, d->Hkv, d->D}, d->embed.options());
+    }
 #ifdef DLLM_CUDA
     d->graphs = cuda ? graphs : 0;
 #endif

@@ -884,8 +884,7 @@ __global__ void __launch_bounds__(kAD * kMergeWays, 4) // four CTAs an SM: a 32-
 // mx), mx the largest lse, into (T, H, kAD) at folded row r's token and
 // head. pad = S - (pos[T-1] + 1) is the number of zero key and value slots
 // past the context that the splits covered (their scores are exactly 0,
-// so each added e^0 to a split's sum and nothing to its values); with pos
-// null, 0.
+// so each added e^0 to a split's sum and nothing to its values).
 template <typename T>
 __global__ void __launch_bounds__(kAD)
     attn_merge_lse_kernel(const T *parts, int64_t ps, int64_t ph, int64_t pr, const float *lse, int64_t ls,
@@ -905,7 +904,7 @@ __global__ void __launch_bounds__(kAD)
     acc += w * f32(parts[int64_t(s) * ps + int64_t(h) * ph + int64_t(r) * pr + d]);
     wsum += w;
   }
-  if (pos) wsum -= static_cast<float>(S - (pos[Tn - 1] + 1)) * expf(-mx);
+  wsum -= static_cast<float>(S - (pos[Tn - 1] + 1)) * expf(-mx);
   int64_t row = int64_t(r / G) * H + int64_t(h) * G + r % G;
   out[row * kAD + d] = cast<T>(acc / wsum);
 }
@@ -1061,7 +1060,7 @@ int dtk_attn_merge_lse(int dtype, const void *parts, int64_t ps, int64_t ph, int
                        int64_t ls, int64_t lh, int64_t lr, const int64_t *pos, int64_t S, void *out, int64_t T,
                        int64_t H, int64_t Hkv, int64_t splits, void *stream) {
   auto st = static_cast<cudaStream_t>(stream);
-  if (!parts || !lse || !out || T < 1 || Hkv < 1 || H % Hkv != 0 || splits < 1 || splits > kAD ||
+  if (!parts || !lse || !pos || !out || T < 1 || Hkv < 1 || H % Hkv != 0 || splits < 1 || splits > kAD ||
       T * (H / Hkv) > 2147483647)
     return cudaErrorInvalidValue;
   const int G = static_cast<int>(H / Hkv), R = static_cast<int>(T) * G;

@@ -81,9 +81,9 @@ int64_t dtk_attn_decode_scratch(int64_t T, int64_t H, int64_t Hkv, int64_t S);
 // folded into R = T G rows (row r: token r / G, head h G + r % G), split
 // s's row r of key head h at parts[s ps + h ph + r pr] (128 contiguous
 // values), its natural-log log-sum-exp (float32) at lse[s ls + h lh + r lr];
-// out (T, H, 128) = the splits weighted by e^lse. With pos (T, the rows'
-// positions) the splits covered S key slots of which those past pos[T-1]
-// are zero (scores 0, values 0): their e^0 each is taken off the sum.
+// out (T, H, 128) = the splits weighted by e^lse. The splits covered S key
+// slots, of which those past pos[T-1] (pos: the rows' T positions) are
+// zero (scores 0, values 0): their e^0 each is taken off the sum.
 // splits <= 128.
 int dtk_attn_merge_lse(int dtype, const void *parts, int64_t ps, int64_t ph, int64_t pr, const float *lse,
                        int64_t ls, int64_t lh, int64_t lr, const int64_t *pos, int64_t S, void *out, int64_t T,
