@@ -1,8 +1,10 @@
 """The shim's decode attention as the GPU probes call it through ctypes
 (bin/libdllmtorch.so, built with nvcc by scripts/gpu-speed.sh), declared
 once for the attention probes (gpu_attn_probe.py, gpu_cudnn_attn_probe.py,
-gpu_cudnn_dense_probe.py)."""
+gpu_cudnn_dense_probe.py), with the float32 attention they check against."""
 import ctypes
+
+import torch
 
 DT_BF16 = 15  # dllm_torch.h
 lib = ctypes.CDLL("bin/libdllmtorch.so")
@@ -17,3 +19,15 @@ attn_pos.argtypes = [ctypes.c_int] + [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 
 merge_lse = lib.dtk_attn_merge_lse  # (dtype, parts, ps, ph, pr, lse, ls, lh, lr, pos, S, out, T, H, Hkv, splits, stream)
 merge_lse.argtypes = [ctypes.c_int, ctypes.c_void_p] + [ctypes.c_int64] * 3 + [ctypes.c_void_p] + [ctypes.c_int64] * 3 + \
     [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p] + [ctypes.c_int64] * 4 + [ctypes.c_void_p]
+
+
+def f32_attention(q, kc, vc, n):
+    """Float32 attention of q (T, H, D) over the first n slots of the caches
+    kc, vc (S, Hkv, D), every row seeing every key, each key head repeated
+    for its H / Hkv query heads: (T, H, D)."""
+    G = q.shape[1] // kc.shape[1]
+    qr = q.float().permute(1, 0, 2)  # (H, T, D)
+    kr = kc[:n].float().permute(1, 0, 2).repeat_interleave(G, 0)
+    vr = vc[:n].float().permute(1, 0, 2).repeat_interleave(G, 0)
+    p = torch.softmax(qr @ kr.transpose(1, 2) * q.shape[2] ** -0.5, -1)
+    return (p @ vr).permute(1, 0, 2)
