@@ -939,8 +939,9 @@ struct Decoder {
   bool folds(const at::Tensor &x) const { return fold && x.size(0) > 1; }
 
   // pre is layer l's attention input: RMSNorm, fused QKV, RoPE; it writes the
-  // keys and values of positions (T) into the cache and returns q (1, T, H, D).
-  at::Tensor pre(DecLayer &ly, const at::Tensor &x, const at::Tensor &positions) {
+  // keys and values of positions (T) into the cache and returns q (1, T, H, D),
+  // or with fold_q (kernels only) q folded for attend_cudnn: (1, Hkv, T G, D).
+  at::Tensor pre(DecLayer &ly, const at::Tensor &x, const at::Tensor &positions, bool fold_q = false) {
     auto Tn = x.size(0);
     bool f = folds(x);
     auto qkv = ly.bqkv.defined() ? at::linear(norm_(x, ly.n1), ly.wqkv, ly.bqkv)
@@ -952,11 +953,12 @@ struct Decoder {
       check_launch(dtk_rope_qkv(static_cast<int>(x.scalar_type()), qkv.data_ptr(), cos.data_ptr(), sin.data_ptr(),
                                 positions.data_ptr<int64_t>(), q.data_ptr(), ly.kc.data_ptr(), ly.vc.data_ptr(), Tn,
                                 H, Hkv, D, f ? x.data_ptr() : nullptr, x.size(1), static_cast<float>(eps),
-                                stream()),
+                                fold_q ? 1 : 0, stream()),
                    "rope_qkv");
-      return q.unsqueeze(0);
+      return fold_q ? q.view({1, Hkv, Tn * (H / Hkv), D}) : q.unsqueeze(0);
     }
 #endif
+    TORCH_CHECK(!fold_q, "decoder: a folded q needs the shim's kernels");
     auto q = qkv.narrow(1, 0, H * D).view({Tn, H, D});
     auto k = qkv.narrow(1, H * D, Hkv * D).view({Tn, Hkv, D});
     auto v = qkv.narrow(1, (H + Hkv) * D, Hkv * D).view({Tn, Hkv, D});
@@ -1017,7 +1019,8 @@ struct Decoder {
   // attend_all is attention of q (1, T, H, D) over the cache slots up to
   // the last row's position, which kernels.cu reads on the device: the
   // first c rows causally (as attend), the others seeing every key; (T, H*D).
-  // With bucket > 0 it runs attend_cudnn over that many slots instead.
+  // With bucket > 0 it runs attend_cudnn over that many slots instead, q
+  // folded by pre.
   at::Tensor attend_all(DecLayer &ly, const at::Tensor &q, const at::Tensor &positions, int64_t c,
                         int64_t bucket = 0) {
     if (bucket > 0) return attend_cudnn(ly, q, positions, bucket);
@@ -1032,7 +1035,8 @@ struct Decoder {
     return out;
   }
 
-  // attend_cudnn is attend_all for rows that all see every key through
+  // attend_cudnn is attend_all for rows that all see every key, q folded
+  // by pre (1, Hkv, T G, D), through
   // cuDNN's fused attention, which runs Hopper's tensor cores at ~2.5x the
   // shim's kernel's rate (docs/performance.md), split as the shim splits:
   // the G query heads of a key head folded into rows, the first Sb cache
@@ -1045,10 +1049,10 @@ struct Decoder {
   // nothing to its values, and the merge takes those off again. (T, H*D).
   at::Tensor attend_cudnn(DecLayer &ly, const at::Tensor &q, const at::Tensor &positions, int64_t Sb) {
 #ifdef DLLM_CUDNN_ATTN
-    auto Tn = q.size(1), G = H / Hkv, R = Tn * G, P = kCudnnChunks, Sp = Sb / P;
-    // (1, Hkv, R, D), key head h's row r = token r / G, head h G + r % G;
-    // the chunks share it through a batch stride of 0.
-    auto qf = q.reshape({Tn, Hkv, G, D}).permute({1, 0, 2, 3}).reshape({1, Hkv, R, D}).expand({P, Hkv, R, D});
+    auto G = H / Hkv, R = q.size(2), Tn = R / G, P = kCudnnChunks, Sp = Sb / P;
+    // Key head h's row r = token r / G, head h G + r % G; the chunks share
+    // it through a batch stride of 0.
+    auto qf = q.expand({P, Hkv, R, D});
     auto k = ly.kc.narrow(0, 0, Sb).view({P, Sp, Hkv, D}).permute({0, 2, 1, 3}); // (P, Hkv, Sp, D)
     auto v = ly.vc.narrow(0, 0, Sb).view({P, Sp, Hkv, D}).permute({0, 2, 1, 3});
     auto r = at::_scaled_dot_product_cudnn_attention(qf, k, v, c10::nullopt, true, 0.0, false, false, attn_scale());
@@ -1147,7 +1151,7 @@ struct Decoder {
       auto rows = causal_rows(Tn, causal);
       if (cudnn_bucket(Tn, causal, end) > 0) { // cuDNN plans its call (and allocates) outside the capture
         try {
-          auto q = at::zeros({1, Tn, H, D}, embed.options());
+          auto q = at::zeros({1, Hkv, Tn * (H / Hkv), D}, embed.options());
           attend_cudnn(layers[0], q, c.pos, cudnn_bucket(Tn, causal, end));
         } catch (const std::exception &e) { // a cuDNN without this kernel: the shim's attention instead
           std::string m = e.what();
@@ -1160,7 +1164,7 @@ struct Decoder {
       auto g = std::make_unique<at::cuda::CUDAGraph>();
       g->capture_begin(pool, cudaStreamCaptureModeThreadLocal);
       auto x = embed.index_select(0, c.ids);
-      for (auto &ly : layers) x = post(ly, x, attend_all(ly, pre(ly, x, c.pos), c.pos, rows, bucket));
+      for (auto &ly : layers) x = post(ly, x, attend_all(ly, pre(ly, x, c.pos, bucket > 0), c.pos, rows, bucket));
       c.hn = norm_(x, norm);
       g->capture_end();
       if (pool.first == 0 && pool.second == 0) pool = g->pool();
