@@ -1229,6 +1229,47 @@ struct Decoder {
   }
 #endif
 
+  // prepare captures the cuDNN path's graphs for block steps of T tokens
+  // (no causal rows) at every context bucket up to upto, so that no
+  // generation pays for a bucket's first forwards (~80 ms: an eager
+  // forward, the capture, and cuDNN planning the new shape in PyTorch's
+  // cache of the calling OS thread, which Go does not keep; ~50 ms here,
+  // without the eager forwards). It returns the number captured.
+  int64_t prepare(int64_t Tn, int64_t upto) {
+    int64_t n = 0;
+#if defined(DLLM_CUDA) && defined(DLLM_KERNELS)
+    upto = std::min(upto, cos.size(0));
+    if (graphs < Tn || !whole || cudnn_bucket(Tn, 0, upto) == 0) return 0;
+    auto cur = c10::cuda::getCurrentCUDAStream();
+    if (!side) side = c10::cuda::getStreamFromPool(false, cur.device_index());
+    cur.synchronize();
+    auto t0 = std::chrono::steady_clock::now();
+    {
+      c10::cuda::CUDAStreamGuard sg(*side);
+      // One eager forward of the length, as capture wants (cuBLAS's
+      // workspace on the side stream); its keys and values at [0, T) are
+      // overwritten by the next sequence.
+      clear_past(Tn, 0, Tn);
+      eager(at::zeros({Tn}, embed.options().dtype(at::kLong)), 0, 0);
+      // (A bucket whose capture finds no cuDNN kernel turns the path off.)
+      for (int64_t Sb = cudnn_ceil(cudnn_from + 1); Sb - kCudnnGrain < upto && cudnn; Sb += kCudnnGrain) {
+        auto end = std::min(Sb, upto);
+        if (captured.count(capture_key(Tn, 0, end))) continue;
+        capture(Tn, 0, true, end);
+        n++;
+      }
+    }
+    side->synchronize();
+    if (std::getenv("DLLM_CAPTURE_LOG"))
+      std::fprintf(stderr, "dllm: %lld graphs of %lld-token block steps prepared up to %lld: %.1f ms\n",
+                   static_cast<long long>(n), static_cast<long long>(Tn), static_cast<long long>(upto),
+                   std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+#else
+    (void)Tn, (void)upto;
+#endif
+    return n;
+  }
+
   // capture_key says which graphs serve a forward of T tokens, the first
   // causal of them causal: with kernels.cu's attention one graph per
   // (T, causal) (negative keys), else per-layer graphs per T (attention
@@ -1256,11 +1297,8 @@ struct Decoder {
   // The cuDNN path cuts a bucket into kCudnnChunks chunks of a multiple of
   // 64 keys: its time follows a chunk's keys (~7 us a 512), and 32 chunks
   // of a 256-row block fill the H200 in one wave (40 ran 10 us slower).
-  static constexpr int64_t kCudnnChunks = 32;
-  static int64_t cudnn_ceil(int64_t n) {
-    const int64_t g = 64 * kCudnnChunks;
-    return (n + g - 1) / g * g;
-  }
+  static constexpr int64_t kCudnnChunks = 32, kCudnnGrain = 64 * kCudnnChunks;
+  static int64_t cudnn_ceil(int64_t n) { return (n + kCudnnGrain - 1) / kCudnnGrain * kCudnnGrain; }
 
   // causal_rows is how many of T rows attend causally given causal: a
   // single token sees the same keys either way.
@@ -1454,6 +1492,14 @@ int64_t dt_decoder_graphs(dt_decoder dec) {
   (void)dec;
   return 0;
 #endif
+}
+
+dt_err dt_decoder_prepare(dt_decoder dec, int64_t n, int64_t upto, int64_t *captured) {
+  return guard([&] {
+    auto *d = static_cast<Decoder *>(dec);
+    at::NoGradGuard ng;
+    *captured = d->prepare(n, upto);
+  });
 }
 
 void dt_decoder_free(dt_decoder dec) { delete static_cast<Decoder *>(dec); }
