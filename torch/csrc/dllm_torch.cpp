@@ -846,6 +846,7 @@ struct Decoder {
   bool fold = false;    // RMSNorm weights folded into the matmuls of forwards of 2+ tokens
   bool cudnn = false;       // with attn: long block steps' attention through cuDNN (attend_cudnn)
   int64_t cudnn_from = 0;   // for contexts past this many keys
+  int64_t cudnn_chunks = 0; // $DLLM_ATTN_CUDNN_CHUNKS (8, 16, 32 or 64), to measure
   int64_t written = 0;      // the cache slots [written, Max) are zero (the cuDNN path reads past the context)
   int graphs = 0;      // capture graphs for query lengths up to this
   std::map<int64_t, int> seen; // forwards per capture key (see forward), before capture
@@ -1049,7 +1050,7 @@ struct Decoder {
   // nothing to its values, and the merge takes those off again. (T, H*D).
   at::Tensor attend_cudnn(DecLayer &ly, const at::Tensor &q, const at::Tensor &positions, int64_t Sb) {
 #ifdef DLLM_CUDNN_ATTN
-    auto G = H / Hkv, R = q.size(2), Tn = R / G, P = kCudnnChunks, Sp = Sb / P;
+    auto G = H / Hkv, R = q.size(2), Tn = R / G, P = cudnn_chunks > 0 ? cudnn_chunks : kCudnnChunks, Sp = Sb / P;
     // Key head h's row r = token r / G, head h G + r % G; the chunks share
     // it through a batch stride of 0.
     auto qf = q.expand({P, Hkv, R, D});
@@ -1424,13 +1425,17 @@ dt_err dt_decoder_new(dt_tensor embed, dt_tensor norm, dt_tensor head, const dt_
     d->attn = d->kernels && d->flash && d->D == 128 && !(at_ && std::string(at_) == "0");
 #ifdef DLLM_CUDNN_ATTN
     // DLLM_ATTN_CUDNN: block steps over contexts past this many keys
-    // attend through cuDNN (default 16384; 0 never, to measure). The path
+    // attend through cuDNN (default 1024; 0 never, to measure). The path
     // reads whole buckets, so the caches reach the last bucket's end (at
     // most 2047 more slots, zero).
     const char *cu = std::getenv("DLLM_ATTN_CUDNN");
-    d->cudnn_from = cu && *cu ? std::atoll(cu) : 16384;
+    d->cudnn_from = cu && *cu ? std::atoll(cu) : 1024;
     d->cudnn = d->attn && at::globalContext().userEnabledCuDNN() && d->cudnn_from > 0;
     if (d->cudnn && max > d->cudnn_from) slots = Decoder::cudnn_ceil(max);
+    const char *ch = std::getenv("DLLM_ATTN_CUDNN_CHUNKS");
+    d->cudnn_chunks = ch && *ch ? std::atoll(ch) : 0;
+    TORCH_CHECK(d->cudnn_chunks == 0 || (d->cudnn_chunks >= 8 && d->cudnn_chunks <= 64 && 64 % d->cudnn_chunks == 0),
+                "decoder: DLLM_ATTN_CUDNN_CHUNKS must be 8, 16, 32 or 64, not ", ch);
 #endif
     // DLLM_WHOLE_GRAPH=0 keeps per-layer graphs for every forward (to measure).
     const char *wg = std::getenv("DLLM_WHOLE_GRAPH");
