@@ -846,7 +846,7 @@ struct Decoder {
   bool fold = false;    // RMSNorm weights folded into the matmuls of forwards of 2+ tokens
   bool cudnn = false;       // with attn: long block steps' attention through cuDNN (attend_cudnn)
   int64_t cudnn_from = 0;   // for contexts past this many keys
-  int64_t cudnn_chunks = 0; // $DLLM_ATTN_CUDNN_CHUNKS (8, 16, 32 or 64), to measure
+  int64_t cudnn_chunks = 0; // $DLLM_ATTN_CUDNN_CHUNKS (8, 16, 32 or 64) instead of chunks' choice, to measure
   int64_t written = 0;      // the cache slots [written, Max) are zero (the cuDNN path reads past the context)
   int graphs = 0;      // capture graphs for query lengths up to this
   std::map<int64_t, int> seen; // forwards per capture key (see forward), before capture
@@ -1050,7 +1050,7 @@ struct Decoder {
   // nothing to its values, and the merge takes those off again. (T, H*D).
   at::Tensor attend_cudnn(DecLayer &ly, const at::Tensor &q, const at::Tensor &positions, int64_t Sb) {
 #ifdef DLLM_CUDNN_ATTN
-    auto G = H / Hkv, R = q.size(2), Tn = R / G, P = cudnn_chunks > 0 ? cudnn_chunks : kCudnnChunks, Sp = Sb / P;
+    auto G = H / Hkv, R = q.size(2), Tn = R / G, P = chunks(Sb), Sp = Sb / P;
     // Key head h's row r = token r / G, head h G + r % G; the chunks share
     // it through a batch stride of 0.
     auto qf = q.expand({P, Hkv, R, D});
@@ -1285,20 +1285,24 @@ struct Decoder {
   // for forwards ending at end attends over, the slots past end zero:
   // cudnn_ceil(end), so that a graph serves 2048 contexts; or 0 where the
   // shim's attention runs: one-token forwards, forwards whose first rows
-  // attend causally (a fused commit), and contexts up to cudnn_from, where
-  // it gains less than a new bucket costs (~80 ms: an eager forward, the
-  // capture, and cuDNN planning the new shape, ~40 ms, in PyTorch's cache
-  // of the calling thread; docs/performance.md).
+  // attend causally (a fused commit), and contexts up to cudnn_from. A new
+  // bucket costs ~80 ms where a generation first reaches it (an eager
+  // forward, the capture, and cuDNN planning the new shape in PyTorch's
+  // cache of the calling OS thread), ~50 ms ahead of use (prepare).
   int64_t cudnn_bucket(int64_t Tn, int64_t causal, int64_t end) const {
     if (!cudnn || Tn < 2 || causal_rows(Tn, causal) > 0 || end <= cudnn_from) return 0;
     int64_t Sb = cudnn_ceil(end);
     return Sb <= layers[0].kc.size(0) ? Sb : 0;
   }
 
-  // The cuDNN path cuts a bucket into kCudnnChunks chunks of a multiple of
-  // 64 keys: its time follows a chunk's keys (~7 us a 512), and 32 chunks
-  // of a 256-row block fill the H200 in one wave (40 ran 10 us slower).
-  static constexpr int64_t kCudnnChunks = 32, kCudnnGrain = 64 * kCudnnChunks;
+  // The cuDNN path cuts a bucket of Sb slots into chunks(Sb) chunks: its
+  // time follows a chunk's keys (~7 us a 512), and 32 chunks of a 256-row
+  // block fill the H200 in one wave (40 ran 10 us slower), but up to 8k
+  // keys 16 chunks gain more in the merge and cuDNN's fixed costs than
+  // the half-empty wave loses (0.05 ms a forward at 1-4k; 8 and 64 lost
+  // everywhere, docs/performance.md). Buckets are kCudnnGrain slots.
+  static constexpr int64_t kCudnnGrain = 2048;
+  int64_t chunks(int64_t Sb) const { return cudnn_chunks > 0 ? cudnn_chunks : Sb <= 8192 ? 16 : 32; }
   static int64_t cudnn_ceil(int64_t n) { return (n + kCudnnGrain - 1) / kCudnnGrain * kCudnnGrain; }
 
   // causal_rows is how many of T rows attend causally given causal: a
@@ -1425,9 +1429,9 @@ dt_err dt_decoder_new(dt_tensor embed, dt_tensor norm, dt_tensor head, const dt_
     d->attn = d->kernels && d->flash && d->D == 128 && !(at_ && std::string(at_) == "0");
 #ifdef DLLM_CUDNN_ATTN
     // DLLM_ATTN_CUDNN: block steps over contexts past this many keys
-    // attend through cuDNN (default 1024; 0 never, to measure). The path
-    // reads whole buckets, so the caches reach the last bucket's end (at
-    // most 2047 more slots, zero).
+    // attend through cuDNN (default 1024, from where it gained; 0 never,
+    // to measure). The path reads whole buckets, so the caches reach the
+    // last bucket's end (at most 2047 more slots, zero).
     const char *cu = std::getenv("DLLM_ATTN_CUDNN");
     d->cudnn_from = cu && *cu ? std::atoll(cu) : 1024;
     d->cudnn = d->attn && at::globalContext().userEnabledCuDNN() && d->cudnn_from > 0;
