@@ -123,12 +123,14 @@ func (d *Decoder) Reset() { d.Len = 0 }
 // tokens at the contexts up to upto whose attention runs through cuDNN,
 // one per 2048 positions, each of which would cost a generation ~80 ms
 // where it first reaches it (torch.Decoder.Prepare). It returns how many
-// it captured: 0 off the GPU and below the contexts that path serves.
+// it captured: 0 off the GPU and below the contexts that path serves. It
+// forgets the context (Reset): it writes the cache's first positions.
 func (d *Decoder) Prepare(block, upto int) (n int, err error) {
 	defer torch.Recover(&err)
 	if block < 1 {
 		return 0, fmt.Errorf("decoder: block of %d tokens", block)
 	}
+	d.Reset()
 	return d.d.Prepare(int64(block), min(int64(upto), d.Max)), nil
 }
 

@@ -100,6 +100,7 @@ func (d *Decoder) Forward(ids []int64, pos int64, causal, rows int) *Tensor {
 // upto positions, each of which would otherwise cost its first forwards
 // ~80 ms (cuDNN plans every new shape). It returns how many it captured:
 // 0 off the GPU or below the contexts that path serves ($DLLM_ATTN_CUDNN).
+// It writes the cache at positions [0, n): call it between sequences.
 func (d *Decoder) Prepare(n, upto int64) int {
 	mustLoad()
 	if d.p == nil {
