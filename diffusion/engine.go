@@ -1,6 +1,7 @@
 package diffusion
 
 import (
+	"fmt"
 	"os"
 	"time"
 
@@ -97,7 +98,7 @@ const minDecoderContext = 4096
 // engine returns the engine for a generation of p: the decoder unless
 // s.Eager is set or $DLLM_ENGINE is "eager".
 func (s *Sampler) engine(p plan) (engine, error) {
-	if s.Eager || os.Getenv("DLLM_ENGINE") == "eager" {
+	if s.eager() {
 		cache, err := s.model.NewCache(1, p.cacheLen)
 		if err != nil {
 			return nil, err
@@ -121,6 +122,29 @@ func (s *Sampler) engine(p plan) (engine, error) {
 	}
 	s.dec.Reset()
 	return &fastEngine{d: s.dec, limit: int64(p.cacheLen)}, nil
+}
+
+// eager reports whether generations run Model.Forward over a KVCache
+// instead of the decoder: s.Eager or $DLLM_ENGINE=eager.
+func (s *Sampler) eager() bool { return s.Eager || os.Getenv("DLLM_ENGINE") == "eager" }
+
+// Reserve makes the decoder for generations of up to n positions in blocks
+// of block tokens now, its KV cache and, on a GPU, the CUDA graphs of the
+// block steps over long contexts (model.Decoder.Prepare), so that no
+// generation pays for them on its way: a server calls it while loading.
+// The eager engine has nothing to make.
+func (s *Sampler) Reserve(n, block int) error {
+	if s.eager() {
+		return nil
+	}
+	if n < 1 || block < 1 {
+		return fmt.Errorf("diffusion: cannot reserve %d positions in blocks of %d", n, block)
+	}
+	if _, err := s.engine(plan{cacheLen: n, block: block}); err != nil {
+		return err
+	}
+	_, err := s.dec.Prepare(block, n)
+	return err
 }
 
 // HostTime is the host time spent inside the decoder's forwards so far

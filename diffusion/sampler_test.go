@@ -226,3 +226,46 @@ func TestFixedCommitStepCounts(t *testing.T) {
 		}
 	}
 }
+
+// Reserve makes the decoder that later generations within its context
+// reuse, and they generate what a sampler without it does.
+func TestReserveMakesTheDecoderOnce(t *testing.T) {
+	m := loadTiny(t)
+	prompt := []int64{44, 73, 80, 339, 16, 322}
+	o := Options{MaxNewTokens: 12, ContextLimit: 200}
+	want, err := generate(t, context.Background(), NewSampler(m, tinySettings(4, true)), prompt, o, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewSampler(m, tinySettings(4, true))
+	defer s.Close()
+	for _, bad := range [][2]int{{0, 4}, {200, 0}} {
+		if err := s.Reserve(bad[0], bad[1]); err == nil {
+			t.Errorf("Reserve(%d, %d): no error", bad[0], bad[1])
+		}
+	}
+	if err := s.Reserve(200, 4); err != nil {
+		t.Fatal(err)
+	}
+	d := s.dec
+	if d == nil || d.Max < 200 {
+		t.Fatalf("after Reserve(200, 4) the decoder is %+v", d)
+	}
+	for range 2 {
+		got, err := s.Generate(context.Background(), prompt, o, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got.IDs, want.IDs) {
+			t.Errorf("after Reserve: %v, without: %v", got.IDs, want.IDs)
+		}
+		if s.dec != d {
+			t.Error("a generation within the reserved context made a new decoder")
+		}
+	}
+	e := NewSampler(m, tinySettings(4, true))
+	e.Eager = true
+	if err := e.Reserve(200, 4); err != nil || e.dec != nil {
+		t.Errorf("eager Reserve: %v, decoder %v", err, e.dec)
+	}
+}

@@ -119,6 +119,21 @@ func (d *Decoder) Commit(n int64) error {
 // Reset forgets the context: the next Forward starts at position 0.
 func (d *Decoder) Reset() { d.Len = 0 }
 
+// Prepare captures, ahead of use, the CUDA graphs of block steps of block
+// tokens at the contexts up to upto whose attention runs through cuDNN,
+// one per 2048 positions, each of which would cost a generation ~80 ms
+// where it first reaches it (torch.Decoder.Prepare). It returns how many
+// it captured: 0 off the GPU and below the contexts that path serves. It
+// forgets the context (Reset): it writes the cache's first positions.
+func (d *Decoder) Prepare(block, upto int) (n int, err error) {
+	defer torch.Recover(&err)
+	if block < 1 {
+		return 0, fmt.Errorf("decoder: block of %d tokens", block)
+	}
+	d.Reset()
+	return d.d.Prepare(int64(block), min(int64(upto), d.Max)), nil
+}
+
 // Graphs is the number of CUDA graphs captured so far.
 func (d *Decoder) Graphs() int { return d.d.Graphs() }
 

@@ -64,18 +64,27 @@ func TestDecoderCUDAMatchesPlainPath(t *testing.T) {
 	}
 	defer m32.Free()
 	// 2. The decoder's block steps attend through cuDNN past the context
-	// that $DLLM_ATTN_CUDNN gives (0: never).
-	for _, cudnn := range []string{"0", "64"} {
-		t.Run("DLLM_ATTN_CUDNN="+cudnn, func(t *testing.T) {
-			t.Setenv("DLLM_ATTN_CUDNN", cudnn)
-			checkDecoder(t, cfg, dev, dt, m16, m32)
+	// that $DLLM_ATTN_CUDNN gives (0: never), in graphs captured on their
+	// second use or, prepared, before the first.
+	for _, c := range []struct {
+		cudnn   string
+		prepare bool
+	}{{"0", false}, {"64", false}, {"64", true}} {
+		name := "DLLM_ATTN_CUDNN=" + c.cudnn
+		if c.prepare {
+			name += ",prepared"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Setenv("DLLM_ATTN_CUDNN", c.cudnn)
+			checkDecoder(t, cfg, dev, dt, m16, m32, c.prepare)
 		})
 	}
 }
 
 // checkDecoder runs m16's decoder, m16 and m32 over one context: the three
-// paths of TestDecoderCUDAMatchesPlainPath.
-func checkDecoder(t *testing.T, cfg *Config, dev torch.Device, dt torch.DType, m16, m32 *Model) {
+// paths of TestDecoderCUDAMatchesPlainPath; prepare: the decoder's graphs
+// for the cuDNN path's block steps are captured first (Decoder.Prepare).
+func checkDecoder(t *testing.T, cfg *Config, dev torch.Device, dt torch.DType, m16, m32 *Model, prepare bool) {
 	const ctx, block = 1000, 32
 	c16, err := m16.NewCache(1, 2048)
 	if err != nil {
@@ -92,6 +101,16 @@ func checkDecoder(t *testing.T, cfg *Config, dev torch.Device, dt torch.DType, m
 		t.Fatal(err)
 	}
 	defer d.Free()
+	if prepare {
+		// Past 64 keys up to 2048: one bucket.
+		n, err := d.Prepare(block, 2048)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n != 1 || d.Graphs() != 1 {
+			t.Fatalf("Prepare captured %d graphs (decoder: %d), want 1", n, d.Graphs())
+		}
+	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	ids := func(n int) []int64 {
 		out := make([]int64, n)

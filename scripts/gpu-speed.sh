@@ -21,6 +21,7 @@
 #   PROBES=gpu_attn_probe.py   scripts to run first (exactness and timing;
 #                     .cu ones, e.g. gemm_pdl_probe.cu, built with nvcc)
 #   KEEP_SHIM=1       reuse bin/libdllmtorch.so
+#   AR=0              leave out the AR (block 1) points
 set -uo pipefail
 cd "$(dirname "$0")/.."
 CTX=${CTX:-"1k 8k 32k"}
@@ -67,7 +68,7 @@ fi
 for ab in "" $AB; do
 	for c in $CTX; do
 		env ${ab//+/ } timeout 300 bin/dllm bench decode --config testdata/minicpm5-2b-shape/config.json \
-			--device cuda --dtype bf16 --ctx "$c" --block 32 --commit "$COMMIT" --ar \
+			--device cuda --dtype bf16 --ctx "$c" --block 32 --commit "$COMMIT" $([ "${AR:-1}" = 0 ] || echo --ar) \
 			--tokens "$TOKENS" --warmup "$WARMUP" --json | sed "s|^{|{\"env\":\"${ab:-as is}\",|" | tee -a "$RESULTS"
 	done
 done

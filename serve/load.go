@@ -124,8 +124,9 @@ type LoadOptions struct {
 	// MaxModelLen caps prompt plus generated tokens; 0 or more than the
 	// model's max_position_embeddings means max_position_embeddings.
 	MaxModelLen int
-	// Warmup runs one short generation before the model is reported ready,
-	// so that the first request does not pay for kernel setup.
+	// Warmup makes the decoder for the whole context (diffusion.Sampler's
+	// Reserve) and runs one short generation before the model is reported
+	// ready, so that the first request does not pay for kernel setup.
 	Warmup bool
 }
 
@@ -144,11 +145,7 @@ func (c *Checked) Load(ctx context.Context, o LoadOptions) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	eng, err := newEngine(lm, c.Settings)
-	if err != nil {
-		lm.Free()
-		return nil, err
-	}
+	eng := newEngine(lm, c.Settings)
 	g := c.Settings.Generation
 	m := &Model{
 		Engine:    eng,
@@ -167,6 +164,12 @@ func (c *Checked) Load(ctx context.Context, o LoadOptions) (*Model, error) {
 		Close:         lm.Free,
 	}
 	if o.Warmup {
+		// The decoder for the whole context now, and on a GPU the graphs
+		// of long contexts' block steps: no request waits for them.
+		if err := eng.s.Reserve(m.ContextLength, m.Defaults.BlockSize); err != nil {
+			lm.Free()
+			return nil, fmt.Errorf("reserving the KV cache for %d positions: %w", m.ContextLength, err)
+		}
 		if err := warmup(ctx, m); err != nil {
 			lm.Free()
 			return nil, fmt.Errorf("warm-up generation: %w", err)

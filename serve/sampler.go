@@ -10,8 +10,8 @@ import (
 )
 
 // newEngine wraps the block-diffusion sampler.
-func newEngine(m *model.Model, s *diffusion.Settings) (Engine, error) {
-	return samplerEngine{diffusion.NewSampler(m, s)}, nil
+func newEngine(m *model.Model, s *diffusion.Settings) samplerEngine {
+	return samplerEngine{diffusion.NewSampler(m, s)}
 }
 
 // samplerEngine marks the sampler's request errors for the server, which

@@ -95,6 +95,22 @@ func (d *Decoder) Forward(ids []int64, pos int64, causal, rows int) *Tensor {
 	return wrap(out)
 }
 
+// Prepare captures, ahead of use, the CUDA graphs of block steps of n
+// tokens whose attention runs through cuDNN: one per context bucket up to
+// upto positions, each of which would otherwise cost its first forwards
+// ~80 ms (cuDNN plans every new shape). It returns how many it captured:
+// 0 off the GPU or below the contexts that path serves ($DLLM_ATTN_CUDNN).
+// It writes the cache at positions [0, n): call it between sequences.
+func (d *Decoder) Prepare(n, upto int64) int {
+	mustLoad()
+	if d.p == nil {
+		panic(&Error{Op: "decoder_prepare", Msg: "decoder is freed"})
+	}
+	var captured C.int64_t
+	check("decoder_prepare", C.dtl_decoder_prepare(d.p, C.int64_t(n), C.int64_t(upto), &captured))
+	return int(captured)
+}
+
 // Graphs is the number of CUDA graphs captured so far.
 func (d *Decoder) Graphs() int { return int(C.dtl_decoder_graphs(d.p)) }
 

@@ -153,6 +153,8 @@ static dt_err (*p_decoder_forward)(dt_decoder d, const int64_t *ids, int64_t n, 
 dt_err dtl_decoder_forward(dt_decoder d, const int64_t *ids, int64_t n, int64_t pos, int64_t causal, int64_t rows, dt_tensor *logits) { return p_decoder_forward(d, ids, n, pos, causal, rows, logits); }
 static int64_t (*p_decoder_graphs)(dt_decoder d);
 int64_t dtl_decoder_graphs(dt_decoder d) { return p_decoder_graphs(d); }
+static dt_err (*p_decoder_prepare)(dt_decoder d, int64_t n, int64_t upto, int64_t *captured);
+dt_err dtl_decoder_prepare(dt_decoder d, int64_t n, int64_t upto, int64_t *captured) { return p_decoder_prepare(d, n, upto, captured); }
 static void (*p_decoder_free)(dt_decoder d);
 void dtl_decoder_free(dt_decoder d) { p_decoder_free(d); }
 static dt_err (*p_pick_greedy)(dt_tensor logits, int64_t mask, dt_tensor *out);
@@ -264,6 +266,7 @@ const char *dtl_open(const char *path) {
   RESOLVE(decoder_new)
   RESOLVE(decoder_forward)
   RESOLVE(decoder_graphs)
+  RESOLVE(decoder_prepare)
   RESOLVE(decoder_free)
   RESOLVE(pick_greedy)
   RESOLVE(dist_available)

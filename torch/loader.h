@@ -80,6 +80,7 @@ dt_err dtl_detach(dt_tensor t, dt_tensor *out);
 dt_err dtl_decoder_new(dt_tensor embed, dt_tensor norm, dt_tensor head, const dt_tensor *layers, int n_layers, int n_head, int n_kv_head, double eps, double attn_scale, dt_tensor cos, dt_tensor sin, int graphs, dt_decoder *out);
 dt_err dtl_decoder_forward(dt_decoder d, const int64_t *ids, int64_t n, int64_t pos, int64_t causal, int64_t rows, dt_tensor *logits);
 int64_t dtl_decoder_graphs(dt_decoder d);
+dt_err dtl_decoder_prepare(dt_decoder d, int64_t n, int64_t upto, int64_t *captured);
 void dtl_decoder_free(dt_decoder d);
 dt_err dtl_pick_greedy(dt_tensor logits, int64_t mask, dt_tensor *out);
 int dtl_dist_available(const char *backend);

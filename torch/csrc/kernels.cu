@@ -184,7 +184,7 @@ template <typename T> __device__ inline float inv_rms(const T *x, int C, float e
 // normalised row gives up to rounding.
 template <typename T, bool NORM>
 __global__ void rope_qkv_kernel(const T *qkv, const T *cos, const T *sin, const int64_t *pos, T *q, T *kc, T *vc,
-                                int64_t H, int64_t Hkv, int64_t D, const T *x, int C, float eps) {
+                                int64_t H, int64_t Hkv, int64_t D, const T *x, int C, float eps, bool fold) {
   const int64_t t = blockIdx.x, half = D / 2, i = threadIdx.x % half;
   const int64_t h = int64_t(blockIdx.y) * (blockDim.x / half) + threadIdx.x / half;
   // The positions (written when the forward starts, several kernels back:
@@ -211,7 +211,9 @@ __global__ void rope_qkv_kernel(const T *qkv, const T *cos, const T *sin, const 
   float c1 = f32(c[i]), c2 = f32(c[i + half]), s1 = f32(s[i]), s2 = f32(s[i + half]);
   dep_wait();
   dep_launch();
-  T *dst = h < H ? q + (t * H + h) * D : kc + (p * Hkv + (h - H)) * D;
+  // Folded: key head h / G's row t G + h % G, as the cuDNN path reads q.
+  const int64_t G = H / Hkv, qrow = fold ? (h / G * gridDim.x + t) * G + h % G : t * H + h;
+  T *dst = h < H ? q + qrow * D : kc + (p * Hkv + (h - H)) * D;
   float x1 = in(i), x2 = in(i + half);
   // x*cos + rotate_half(x)*sin with rotate_half(x) = (-x2, x1).
   dst[i] = cast<T>(round<T>(x1 * c1) + round<T>(-x2 * s1));
@@ -399,12 +401,14 @@ template <typename T> int rms_norm(const void *x, const void *w, void *out, int6
 
 template <typename T>
 int rope_qkv(const void *qkv, const void *cos, const void *sin, const int64_t *pos, void *q, void *kc, void *vc,
-             int64_t Tn, int64_t H, int64_t Hkv, int64_t D, const void *x, int64_t C, float eps, cudaStream_t s) {
+             int64_t Tn, int64_t H, int64_t Hkv, int64_t D, const void *x, int64_t C, float eps, bool fold,
+             cudaStream_t s) {
   if (!x) {
     dim3 grid(Tn, H + 2 * Hkv);
     return launch(rope_qkv_kernel<T, false>, grid, static_cast<unsigned>(D / 2), 0, s, static_cast<const T *>(qkv),
                   static_cast<const T *>(cos), static_cast<const T *>(sin), pos, static_cast<T *>(q),
-                  static_cast<T *>(kc), static_cast<T *>(vc), H, Hkv, D, static_cast<const T *>(nullptr), 0, eps);
+                  static_cast<T *>(kc), static_cast<T *>(vc), H, Hkv, D, static_cast<const T *>(nullptr), 0, eps,
+                  fold);
   }
   // Several heads a block, so that fewer blocks each read x's row.
   int64_t hb = D / 2 >= 256 ? 1 : 256 / (D / 2), heads = H + 2 * Hkv;
@@ -412,7 +416,7 @@ int rope_qkv(const void *qkv, const void *cos, const void *sin, const int64_t *p
   return launch(rope_qkv_kernel<T, true>, grid, static_cast<unsigned>(hb * (D / 2)), 0, s,
                 static_cast<const T *>(qkv), static_cast<const T *>(cos), static_cast<const T *>(sin), pos,
                 static_cast<T *>(q), static_cast<T *>(kc), static_cast<T *>(vc), H, Hkv, D,
-                static_cast<const T *>(x), static_cast<int>(C), eps);
+                static_cast<const T *>(x), static_cast<int>(C), eps, fold);
 }
 
 template <typename T>
@@ -972,12 +976,14 @@ static bool x_ok(const void *x, int64_t C, int dtype) {
 
 int dtk_rope_qkv(int dtype, const void *qkv, const void *cos, const void *sin, const int64_t *pos, void *q,
                  void *kcache, void *vcache, int64_t T, int64_t H, int64_t Hkv, int64_t D, const void *x, int64_t C,
-                 float eps, void *stream) {
+                 float eps, int fold_q, void *stream) {
   auto s = static_cast<cudaStream_t>(stream);
-  if (D % 2 != 0 || D / 2 > 1024 || (x && !x_ok(x, C, dtype))) return cudaErrorInvalidValue;
+  if (D % 2 != 0 || D / 2 > 1024 || (x && !x_ok(x, C, dtype)) || Hkv < 1 || H % Hkv != 0)
+    return cudaErrorInvalidValue;
   if (dtype == kBF16)
-    return rope_qkv<__nv_bfloat16>(qkv, cos, sin, pos, q, kcache, vcache, T, H, Hkv, D, x, C, eps, s);
-  if (dtype == kF16) return rope_qkv<__half>(qkv, cos, sin, pos, q, kcache, vcache, T, H, Hkv, D, x, C, eps, s);
+    return rope_qkv<__nv_bfloat16>(qkv, cos, sin, pos, q, kcache, vcache, T, H, Hkv, D, x, C, eps, fold_q != 0, s);
+  if (dtype == kF16)
+    return rope_qkv<__half>(qkv, cos, sin, pos, q, kcache, vcache, T, H, Hkv, D, x, C, eps, fold_q != 0, s);
   return cudaErrorInvalidValue;
 }
 

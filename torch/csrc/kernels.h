@@ -24,9 +24,11 @@ int dtk_rms_norm(int dtype, const void *x, const void *w, void *out, int64_t row
 // RMSNorm's weight folded into their columns (W diag(w)), so every value is
 // first scaled by x_t's 1 / sqrt(mean(x_t^2) + eps) and rounded: the
 // RMSNorm costs no kernel of its own. x: 16-byte aligned, C % 8 == 0.
+// fold_q != 0: q is written (Hkv, T G, D) instead, G = H / Hkv, head h of
+// token t at key head h / G's row t G + h % G (the decoder's cuDNN path).
 int dtk_rope_qkv(int dtype, const void *qkv, const void *cos, const void *sin, const int64_t *pos, void *q,
                  void *kcache, void *vcache, int64_t T, int64_t H, int64_t Hkv, int64_t D, const void *x, int64_t C,
-                 float eps, void *stream);
+                 float eps, int fold_q, void *stream);
 
 // out (T, F) = silu(gu[:, :F]) * gu[:, F:], rounding after the SiLU as
 // at::silu followed by a product does. Given x (T, C), not null, gate and
