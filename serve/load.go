@@ -124,9 +124,10 @@ type LoadOptions struct {
 	// MaxModelLen caps prompt plus generated tokens; 0 or more than the
 	// model's max_position_embeddings means max_position_embeddings.
 	MaxModelLen int
-	// Warmup makes the decoder for the whole context (diffusion.Sampler's
-	// Reserve) and runs one short generation before the model is reported
-	// ready, so that the first request does not pay for kernel setup.
+	// Warmup makes, on a GPU, the decoder for the whole context
+	// (diffusion.Sampler's Reserve) and runs one short generation before
+	// the model is reported ready, so that the first request does not pay
+	// for kernel setup.
 	Warmup bool
 }
 
@@ -163,9 +164,10 @@ func (c *Checked) Load(ctx context.Context, o LoadOptions) (*Model, error) {
 		VocabSize:     c.Config.VocabSize,
 		Close:         lm.Free,
 	}
-	if o.Warmup {
-		// The decoder for the whole context now, and on a GPU the graphs
-		// of long contexts' block steps: no request waits for them.
+	if o.Warmup && o.Device.CUDA {
+		// The decoder for the whole context now, with the graphs of long
+		// contexts' block steps: no request waits for them. (On the CPU
+		// there are no graphs, and the cache grows as requests need it.)
 		if err := eng.s.Reserve(m.ContextLength, m.Defaults.BlockSize); err != nil {
 			lm.Free()
 			return nil, fmt.Errorf("reserving the KV cache for %d positions: %w", m.ContextLength, err)
