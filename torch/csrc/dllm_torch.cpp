@@ -1230,6 +1230,25 @@ struct Decoder {
   }
 #endif
 
+#ifdef DLLM_CUDA
+  // on_side runs f, which captures graphs (capture records on the side
+  // stream), on the side stream after the current stream's work and waits
+  // for it; it returns the milliseconds that took. Captures are rare, so
+  // plain synchronisation is cheap enough.
+  template <typename F> double on_side(F f) {
+    auto cur = c10::cuda::getCurrentCUDAStream();
+    if (!side) side = c10::cuda::getStreamFromPool(false, cur.device_index());
+    cur.synchronize();
+    auto t0 = std::chrono::steady_clock::now();
+    {
+      c10::cuda::CUDAStreamGuard sg(*side);
+      f();
+    }
+    side->synchronize();
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  }
+#endif
+
   // prepare captures the cuDNN path's graphs for block steps of T tokens
   // (no causal rows) at every context bucket up to upto, so that no
   // generation pays for a bucket's first forwards (~80 ms: an eager
@@ -1241,12 +1260,7 @@ struct Decoder {
 #if defined(DLLM_CUDA) && defined(DLLM_KERNELS)
     upto = std::min(upto, cos.size(0));
     if (graphs < Tn || !whole || cudnn_bucket(Tn, 0, upto) == 0) return 0;
-    auto cur = c10::cuda::getCurrentCUDAStream();
-    if (!side) side = c10::cuda::getStreamFromPool(false, cur.device_index());
-    cur.synchronize();
-    auto t0 = std::chrono::steady_clock::now();
-    {
-      c10::cuda::CUDAStreamGuard sg(*side);
+    double ms = on_side([&] {
       // One eager forward of the length, as capture wants (cuBLAS's
       // workspace on the side stream); its keys and values at [0, T) are
       // overwritten by the next sequence.
@@ -1259,12 +1273,10 @@ struct Decoder {
         capture(Tn, 0, true, end);
         n++;
       }
-    }
-    side->synchronize();
+    });
     if (std::getenv("DLLM_CAPTURE_LOG"))
       std::fprintf(stderr, "dllm: %lld graphs of %lld-token block steps prepared up to %lld: %.1f ms\n",
-                   static_cast<long long>(n), static_cast<long long>(Tn), static_cast<long long>(upto),
-                   std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+                   static_cast<long long>(n), static_cast<long long>(Tn), static_cast<long long>(upto), ms);
 #else
     (void)Tn, (void)upto;
 #endif
@@ -1353,23 +1365,15 @@ struct Decoder {
       // The second forward of a kind captures it: prefill lengths that
       // come once are never captured.
       if (++seen[key] >= 2) {
-        auto cur = c10::cuda::getCurrentCUDAStream();
-        if (!side) side = c10::cuda::getStreamFromPool(false, cur.device_index());
-        // Once per length: plain synchronisation is cheap enough.
-        cur.synchronize();
-        auto t0 = std::chrono::steady_clock::now();
         at::Tensor h;
-        {
-          c10::cuda::CUDAStreamGuard sg(*side);
+        double ms = on_side([&] {
           h = eager(ids, pos, causal);
           capture(Tn, causal, all, pos + Tn);
-        }
-        side->synchronize();
+        });
         if (std::getenv("DLLM_CAPTURE_LOG"))
           std::fprintf(stderr, "dllm: forward of %lld tokens (%lld causal) ending at %lld: eager + capture %.1f ms\n",
                        static_cast<long long>(Tn), static_cast<long long>(causal_rows(Tn, causal)),
-                       static_cast<long long>(pos + Tn),
-                       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+                       static_cast<long long>(pos + Tn), ms);
         return h;
       }
     }
