@@ -11,8 +11,10 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -956,6 +958,41 @@ int attn_decode(const void *q, const void *kc, const void *vc, void *out, int64_
                 static_cast<int>(G), static_cast<int>(H), static_cast<int>(Hkv), splits, static_cast<int>(S), pos);
 }
 
+// fill_kernel is a memset node's work (dtk_graph_fill_memsets): height
+// rows of row_bytes bytes, pitch bytes apart, each 4-byte period of a row
+// the bytes of word; 16 bytes a store where vec says dst, pitch and
+// row_bytes allow it.
+__global__ void fill_kernel(char *dst, size_t pitch, size_t row_bytes, size_t height, unsigned word, int vec) {
+  size_t unit = vec ? 16 : 1, per_row = row_bytes / unit, n = per_row * height;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    size_t row = i / per_row, col = (i % per_row) * unit;
+    char *p = dst + row * pitch + col;
+    if (vec)
+      *reinterpret_cast<uint4 *>(p) = make_uint4(word, word, word, word);
+    else
+      *p = static_cast<char>(word >> (8 * (col % 4)));
+  }
+}
+
+// graph_neighbours is node's dependencies (in) or dependent nodes.
+cudaError_t graph_neighbours(cudaGraphNode_t node, bool in, std::vector<cudaGraphNode_t> &out) {
+  size_t n = 0;
+#if CUDART_VERSION >= 13000
+  cudaError_t e = in ? cudaGraphNodeGetDependencies(node, nullptr, nullptr, &n)
+                     : cudaGraphNodeGetDependentNodes(node, nullptr, nullptr, &n);
+  if (e != cudaSuccess) return e;
+  out.resize(n);
+  std::vector<cudaGraphEdgeData> data(n);
+  return in ? cudaGraphNodeGetDependencies(node, out.data(), data.data(), &n)
+            : cudaGraphNodeGetDependentNodes(node, out.data(), data.data(), &n);
+#else
+  cudaError_t e = in ? cudaGraphNodeGetDependencies(node, nullptr, &n) : cudaGraphNodeGetDependentNodes(node, nullptr, &n);
+  if (e != cudaSuccess) return e;
+  out.resize(n);
+  return in ? cudaGraphNodeGetDependencies(node, out.data(), &n) : cudaGraphNodeGetDependentNodes(node, out.data(), &n);
+#endif
+}
+
 } // namespace
 
 extern "C" {
@@ -1092,6 +1129,57 @@ void dtk_tune(int pdl, int splits_cap, int ctas_per_sm, int min_tiles) {
   if (splits_cap > 0) g_splits_cap = splits_cap < kAD ? splits_cap : kAD;
   if (ctas_per_sm > 0) g_ctas_per_sm = ctas_per_sm;
   if (min_tiles > 0) g_min_tiles = min_tiles;
+}
+
+int dtk_graph_fill_memsets(void *graph, int *replaced) {
+  auto g = static_cast<cudaGraph_t>(graph);
+  *replaced = 0;
+  size_t n = 0;
+  cudaError_t e = cudaGraphGetNodes(g, nullptr, &n);
+  if (e != cudaSuccess) return e;
+  std::vector<cudaGraphNode_t> nodes(n);
+  if ((e = cudaGraphGetNodes(g, nodes.data(), &n)) != cudaSuccess) return e;
+  for (auto node : nodes) {
+    cudaGraphNodeType t;
+    if ((e = cudaGraphNodeGetType(node, &t)) != cudaSuccess) return e;
+    if (t != cudaGraphNodeTypeMemset) continue;
+    cudaMemsetParams p;
+    std::vector<cudaGraphNode_t> in, out;
+    if ((e = cudaGraphMemsetNodeGetParams(node, &p)) != cudaSuccess || (e = graph_neighbours(node, true, in)) ||
+        (e = graph_neighbours(node, false, out)))
+      return e;
+    // 1. The kernel's arguments: the value's bytes repeated over 4.
+    unsigned v = p.value, word = p.elementSize == 1 ? (v & 0xff) * 0x01010101u
+                                 : p.elementSize == 2 ? (v & 0xffff) * 0x00010001u
+                                                      : v;
+    char *dst = static_cast<char *>(p.dst);
+    size_t row_bytes = p.width * p.elementSize, height = p.height ? p.height : 1;
+    size_t pitch = height > 1 ? p.pitch : row_bytes;
+    int vec = (reinterpret_cast<uintptr_t>(dst) | pitch | row_bytes) % 16 == 0;
+    size_t units = row_bytes / (vec ? 16 : 1) * height;
+    // 2. A kernel node on the memset's incoming edges, then its outgoing
+    //    edges, then the memset goes (default edges: the kernel reads
+    //    nothing, so nothing may start it early).
+    void *args[] = {&dst, &pitch, &row_bytes, &height, &word, &vec};
+    cudaKernelNodeParams kp = {};
+    kp.func = reinterpret_cast<void *>(fill_kernel);
+    kp.blockDim = dim3(256);
+    kp.gridDim = dim3(static_cast<unsigned>(std::min<size_t>((units + 255) / 256, 1024)));
+    kp.kernelParams = args;
+    cudaGraphNode_t k;
+    if ((e = cudaGraphAddKernelNode(&k, g, in.data(), in.size(), &kp)) != cudaSuccess) return e;
+    for (auto o : out) {
+#if CUDART_VERSION >= 13000
+      e = cudaGraphAddDependencies(g, &k, &o, nullptr, 1);
+#else
+      e = cudaGraphAddDependencies(g, &k, &o, 1);
+#endif
+      if (e != cudaSuccess) return e;
+    }
+    if ((e = cudaGraphDestroyNode(node)) != cudaSuccess) return e;
+    ++*replaced;
+  }
+  return cudaSuccess;
 }
 
 } // extern "C"

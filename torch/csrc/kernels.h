@@ -114,6 +114,13 @@ void dtk_tune(int pdl, int splits_cap, int ctas_per_sm, int min_tiles);
 #define DTK_SET_IDS_MAX 64
 int dtk_set_ids(int64_t *ids, int64_t *pos, const int64_t *host_ids, int64_t n, int64_t p0, void *stream);
 
+// Replaces each memset node of the CUDA graph (a cudaGraph_t, not yet
+// instantiated) with a kernel node that writes the same bytes, on the same
+// edges; *replaced is how many. cuDNN's attention issues a small memset
+// before its kernel, and a memset node between two kernels costs the
+// step ~4 us more than a kernel there (docs/performance.md).
+int dtk_graph_fill_memsets(void *graph, int *replaced);
+
 #ifdef __cplusplus
 }
 #endif
