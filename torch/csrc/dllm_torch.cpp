@@ -1540,35 +1540,53 @@ dt_err dt_decoder_prepare(dt_decoder dec, int64_t n, int64_t upto, int64_t *capt
 
 void dt_decoder_free(dt_decoder dec) { delete static_cast<Decoder *>(dec); }
 
-dt_err dt_pick_greedy(dt_tensor logits, int64_t mask, dt_tensor *out) {
-  return guard([&] {
-    at::NoGradGuard ng;
-    auto &l = T(logits);
-    TORCH_CHECK(l.dim() == 2 && l.size(0) >= 1 && l.size(1) >= 1, "pick_greedy: logits must be (n, V), not ",
-                l.sizes());
-    auto V = l.size(1);
-    TORCH_CHECK(mask < V, "pick_greedy: mask token ", mask, " is outside the vocabulary of ", V);
+} // extern "C"
+
+namespace {
+
+// pick_greedy is dt_pick_greedy over first's row (1, V), when defined,
+// followed by l's rows (n, V).
+at::Tensor pick_greedy(const at::Tensor &first, const at::Tensor &l, int64_t mask) {
+  at::NoGradGuard ng;
+  TORCH_CHECK(l.dim() == 2 && l.size(0) >= 1 && l.size(1) >= 1, "pick_greedy: logits must be (n, V), not ", l.sizes());
+  auto V = l.size(1);
+  TORCH_CHECK(!first.defined() || (first.dim() == 2 && first.size(0) == 1 && first.size(1) == V &&
+                                   first.scalar_type() == l.scalar_type() && first.device() == l.device()),
+              "pick_greedy: the first row must be (1, ", V, ") of the logits' dtype and device, not ", first.sizes());
+  TORCH_CHECK(mask < V, "pick_greedy: mask token ", mask, " is outside the vocabulary of ", V);
 #ifdef DLLM_KERNELS
-    auto st = l.scalar_type();
-    if (l.is_cuda() && (st == at::kBFloat16 || st == at::kHalf || st == at::kFloat)) {
-      auto lc = l.contiguous();
-      c10::cuda::CUDAGuard g(lc.device());
-      auto n = l.size(0);
-      auto o = at::empty({2 * n}, lc.options().dtype(at::kDouble));
-      auto scratch = at::empty({dtk_pick_greedy_scratch(n, V)}, lc.options().dtype(at::kByte));
-      int err = dtk_pick_greedy(static_cast<int>(st), lc.data_ptr(), n, V, mask, o.data_ptr<double>(),
-                                scratch.data_ptr(), c10::cuda::getCurrentCUDAStream().stream());
-      TORCH_CHECK(err == 0, "pick_greedy kernel: ", cudaGetErrorString(static_cast<cudaError_t>(err)));
-      *out = W(o);
-      return;
-    }
+  auto st = l.scalar_type();
+  if (l.is_cuda() && (st == at::kBFloat16 || st == at::kHalf || st == at::kFloat)) {
+    auto lc = l.contiguous();
+    auto fc = first.defined() ? first.contiguous() : first;
+    c10::cuda::CUDAGuard g(lc.device());
+    auto n = l.size(0) + (first.defined() ? 1 : 0);
+    auto o = at::empty({2 * n}, lc.options().dtype(at::kDouble));
+    auto scratch = at::empty({dtk_pick_greedy_scratch(n, V)}, lc.options().dtype(at::kByte));
+    int err = dtk_pick_greedy(static_cast<int>(st), fc.defined() ? fc.data_ptr() : nullptr, lc.data_ptr(), n, V, mask,
+                              o.data_ptr<double>(), scratch.data_ptr(), c10::cuda::getCurrentCUDAStream().stream());
+    TORCH_CHECK(err == 0, "pick_greedy kernel: ", cudaGetErrorString(static_cast<cudaError_t>(err)));
+    return o;
+  }
 #endif
-    auto f = l.to(at::kFloat, false, true); // a copy: the mask is written into it
-    if (mask >= 0) f.narrow(1, mask, 1).fill_(-INFINITY);
-    auto ids = f.argmax(1);
-    auto p = (std::get<0>(f.max(1)) - f.logsumexp(1)).exp();
-    *out = W(at::cat({p.to(at::kDouble), ids.to(at::kDouble)}));
-  });
+  auto all = first.defined() ? at::cat({first, l}) : l;
+  auto f = all.to(at::kFloat, false, true); // a copy: the mask is written into it
+  if (mask >= 0) f.narrow(1, mask, 1).fill_(-INFINITY);
+  auto ids = f.argmax(1);
+  auto p = (std::get<0>(f.max(1)) - f.logsumexp(1)).exp();
+  return at::cat({p.to(at::kDouble), ids.to(at::kDouble)});
+}
+
+} // namespace
+
+extern "C" {
+
+dt_err dt_pick_greedy(dt_tensor logits, int64_t mask, dt_tensor *out) {
+  return guard([&] { *out = W(pick_greedy(at::Tensor(), T(logits), mask)); });
+}
+
+dt_err dt_pick_greedy_after(dt_tensor first, dt_tensor logits, int64_t mask, dt_tensor *out) {
+  return guard([&] { *out = W(pick_greedy(T(first), T(logits), mask)); });
 }
 
 } // extern "C"

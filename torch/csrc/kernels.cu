@@ -495,12 +495,14 @@ __device__ inline void block_max(float &m, long long &a) {
 
 // Grid (n rows, slices of slice columns); -inf and the mask column count as
 // absent. Threads take whole 16-byte chunks when vec (then slice % E == 0).
+// Given first, row 0 is first and row r > 0 is logits' row r - 1.
 template <typename T>
-__global__ void pick_part_kernel(const T *logits, int64_t V, int64_t slice, int64_t mask, bool vec, Part *parts) {
+__global__ void pick_part_kernel(const T *first, const T *logits, int64_t V, int64_t slice, int64_t mask, bool vec,
+                                 Part *parts) {
   dep_wait();
   dep_launch();
   constexpr int E = 16 / sizeof(T);
-  const T *row = logits + blockIdx.x * V;
+  const T *row = !first ? logits + blockIdx.x * V : blockIdx.x == 0 ? first : logits + (blockIdx.x - 1) * V;
   int64_t j0 = blockIdx.y * slice, j1 = j0 + slice < V ? j0 + slice : V;
   auto each = [&](auto f) {
     if (vec) {
@@ -556,14 +558,16 @@ __global__ void pick_merge_kernel(const Part *parts, int64_t n, int slices, doub
 int64_t pick_slices(int64_t V) { return (V + kPickSlice - 1) / kPickSlice; }
 
 template <typename T>
-int pick_greedy(const void *logits, int64_t n, int64_t V, int64_t mask, double *out, void *scratch, cudaStream_t s) {
+int pick_greedy(const void *first, const void *logits, int64_t n, int64_t V, int64_t mask, double *out, void *scratch,
+                cudaStream_t s) {
   constexpr int E = 16 / sizeof(T);
   int64_t slices = pick_slices(V), slice = (V + slices - 1) / slices;
-  bool vec = (reinterpret_cast<uintptr_t>(logits) & 15) == 0 && V % E == 0;
+  bool vec = ((reinterpret_cast<uintptr_t>(logits) | reinterpret_cast<uintptr_t>(first)) & 15) == 0 && V % E == 0;
   if (vec) slice = (slice + E - 1) / E * E;
   auto *parts = static_cast<Part *>(scratch);
   cudaError_t e = launch(pick_part_kernel<T>, dim3(static_cast<unsigned>(n), static_cast<unsigned>(slices)),
-                         kPickThreads, 0, s, static_cast<const T *>(logits), V, slice, mask, vec, parts);
+                         kPickThreads, 0, s, static_cast<const T *>(first), static_cast<const T *>(logits), V, slice,
+                         mask, vec, parts);
   if (e != cudaSuccess) return e;
   return launch(pick_merge_kernel, static_cast<unsigned>((n + 127) / 128), 128, 0, s, parts, n,
                 static_cast<int>(slices), out);
@@ -1067,13 +1071,13 @@ int dtk_set_ids(int64_t *ids, int64_t *pos, const int64_t *host_ids, int64_t n, 
                 static_cast<int>(n), p0);
 }
 
-int dtk_pick_greedy(int dtype, const void *logits, int64_t n, int64_t V, int64_t mask, double *out, void *scratch,
-                    void *stream) {
+int dtk_pick_greedy(int dtype, const void *first, const void *logits, int64_t n, int64_t V, int64_t mask, double *out,
+                    void *scratch, void *stream) {
   auto s = static_cast<cudaStream_t>(stream);
   if (n < 1 || n > 2147483647 || V < 1 || pick_slices(V) > 65535 || scratch == nullptr) return cudaErrorInvalidValue;
-  if (dtype == kBF16) return pick_greedy<__nv_bfloat16>(logits, n, V, mask, out, scratch, s);
-  if (dtype == kF16) return pick_greedy<__half>(logits, n, V, mask, out, scratch, s);
-  if (dtype == kF32) return pick_greedy<float>(logits, n, V, mask, out, scratch, s);
+  if (dtype == kBF16) return pick_greedy<__nv_bfloat16>(first, logits, n, V, mask, out, scratch, s);
+  if (dtype == kF16) return pick_greedy<__half>(first, logits, n, V, mask, out, scratch, s);
+  if (dtype == kF32) return pick_greedy<float>(first, logits, n, V, mask, out, scratch, s);
   return cudaErrorInvalidValue;
 }
 
