@@ -40,20 +40,34 @@ func newPicker(p plan, dev torch.Device, vocab int) *picker {
 
 func (pk *picker) free() { pk.before.Free() }
 
-// pick returns, for each row of logits (n, V), a candidate token and its
-// probability under the distribution it was drawn from (softmax(logits/T)
-// renormalised over the nucleus; plain softmax when greedy). This is a
-// step's one host sync.
-func (pk *picker) pick(logits *torch.Tensor) (tok []int64, conf []float64) {
+// pick returns, for each row of first (1, V), when not nil, and then of
+// logits (n, V), a candidate token and its probability under the
+// distribution it was drawn from (softmax(logits/T) renormalised over the
+// nucleus; plain softmax when greedy). This is a step's one host sync.
+func (pk *picker) pick(first, logits *torch.Tensor) (tok []int64, conf []float64) {
 	var tmp []*torch.Tensor
 	keep := func(t *torch.Tensor) *torch.Tensor { tmp = append(tmp, t); return t }
 	defer func() { torch.Free(tmp...) }()
+	if first != nil && logits.Size(0) == 0 {
+		first, logits = nil, first
+	}
 	n := logits.Size(0)
+	if first != nil {
+		n++
+	}
 	// The mask token is what the model reads, never what it writes.
 	var both *torch.Tensor // (2n) float64: probabilities, then ids
-	if pk.temperature == 0 {
+	switch {
+	case pk.temperature == 0 && first != nil:
+		// The greedy kernel reads first's row where it is: no stacked copy.
+		both = keep(torch.PickGreedyAfter(keep(first.To(first.DType(), pk.dev)),
+			keep(logits.To(logits.DType(), pk.dev)), pk.mask))
+	case pk.temperature == 0:
 		both = keep(torch.PickGreedy(keep(logits.To(logits.DType(), pk.dev)), pk.mask))
-	} else {
+	default:
+		if first != nil {
+			logits = keep(torch.Cat(0, first, logits))
+		}
 		l := keep(logits.To(torch.Float32, pk.dev)) // (n, V)
 		if pk.mask >= 0 {
 			keep(l.Narrow(1, pk.mask, 1)).Fill(math.Inf(-1))

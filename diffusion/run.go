@@ -111,7 +111,7 @@ func (g *generation) predict(c *canvas) ([]int64, []float64, error) {
 		if err := g.flush(); err != nil {
 			return nil, nil, err
 		}
-		tok, conf := g.pick.pick(g.carry)
+		tok, conf := g.pick.pick(nil, g.carry)
 		return tok, conf, nil
 	}
 	g.steps++
@@ -145,12 +145,10 @@ func (g *generation) predict(c *canvas) ([]int64, []float64, error) {
 		// Row i predicts position i+1; the carry predicts position 0.
 		head := rows.Narrow(0, 0, n-1)
 		defer head.Free()
-		shifted := torch.Cat(0, g.carry, head)
-		defer shifted.Free()
-		tok, conf := g.pick.pick(shifted)
+		tok, conf := g.pick.pick(g.carry, head)
 		return tok, conf, nil
 	}
-	tok, conf := g.pick.pick(rows)
+	tok, conf := g.pick.pick(nil, rows)
 	return tok, conf, nil
 }
 

@@ -23,10 +23,10 @@ done
 [ -n "$INC" ] && [ -n "$LIB" ] || { echo "no CUPTI (headers: '$INC', library: '$LIB')"; exit 1; }
 SO=/tmp/libcupti_trace.so
 rm -f $SO
-for v in 12 11 10 9 8; do
-	g++ -std=c++17 -O2 -shared -fPIC -DKREC=CUpti_ActivityKernel$v -I"$INC" -I/usr/local/cuda/include \
-		-o $SO scripts/cupti/cupti_trace.cpp "$LIB" -Wl,-rpath="$(dirname "$LIB")" 2>/dev/null && break
-done
+# The newest record type of each kind the headers define.
+newest() { grep -ho "CUpti_Activity$1[0-9]*\b" "$INC"/cupti_activity.h | sort -V | tail -1; }
+g++ -std=c++17 -O2 -shared -fPIC -DKREC="$(newest Kernel)" -DSREC="$(newest Memset)" -DCREC="$(newest Memcpy)" \
+	-I"$INC" -I/usr/local/cuda/include -o $SO scripts/cupti/cupti_trace.cpp "$LIB" -Wl,-rpath="$(dirname "$LIB")"
 [ -e $SO ] || { echo "cupti_trace.cpp did not build against $INC"; exit 1; }
 TR=${OUT:-/tmp}/trace-$CTX${MODE//[ -]/}.txt
 CUDA_INJECTION64_PATH=$SO DLLM_TRACE_OUT=$TR bin/dllm bench decode --config testdata/minicpm5-2b-shape/config.json \

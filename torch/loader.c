@@ -159,6 +159,8 @@ static void (*p_decoder_free)(dt_decoder d);
 void dtl_decoder_free(dt_decoder d) { p_decoder_free(d); }
 static dt_err (*p_pick_greedy)(dt_tensor logits, int64_t mask, dt_tensor *out);
 dt_err dtl_pick_greedy(dt_tensor logits, int64_t mask, dt_tensor *out) { return p_pick_greedy(logits, mask, out); }
+static dt_err (*p_pick_greedy_after)(dt_tensor first, dt_tensor logits, int64_t mask, dt_tensor *out);
+dt_err dtl_pick_greedy_after(dt_tensor first, dt_tensor logits, int64_t mask, dt_tensor *out) { return p_pick_greedy_after(first, logits, mask, out); }
 static int (*p_dist_available)(const char *backend);
 int dtl_dist_available(const char *backend) { return p_dist_available(backend); }
 static dt_err (*p_dist_init)(const char *backend, const char *addr, int port, int host_store, const char *prefix, int rank, int world, int device_type, int device_index, int64_t timeout_ms, dt_dist *out);
@@ -269,6 +271,7 @@ const char *dtl_open(const char *path) {
   RESOLVE(decoder_prepare)
   RESOLVE(decoder_free)
   RESOLVE(pick_greedy)
+  RESOLVE(pick_greedy_after)
   RESOLVE(dist_available)
   RESOLVE(dist_init)
   RESOLVE(dist_allreduce)

@@ -83,6 +83,7 @@ int64_t dtl_decoder_graphs(dt_decoder d);
 dt_err dtl_decoder_prepare(dt_decoder d, int64_t n, int64_t upto, int64_t *captured);
 void dtl_decoder_free(dt_decoder d);
 dt_err dtl_pick_greedy(dt_tensor logits, int64_t mask, dt_tensor *out);
+dt_err dtl_pick_greedy_after(dt_tensor first, dt_tensor logits, int64_t mask, dt_tensor *out);
 int dtl_dist_available(const char *backend);
 dt_err dtl_dist_init(const char *backend, const char *addr, int port, int host_store, const char *prefix, int rank, int world, int device_type, int device_index, int64_t timeout_ms, dt_dist *out);
 dt_err dtl_dist_allreduce(dt_dist g, const dt_tensor *ts, int n, int grads, int64_t bucket_bytes);

@@ -176,6 +176,14 @@ func PickGreedy(logits *Tensor, mask int64) *Tensor {
 	}, logits)
 }
 
+// PickGreedyAfter is PickGreedy of first (1, V) and logits (n, V) stacked,
+// without the copy that stacking them takes: (2n+2), row 0 first's.
+func PickGreedyAfter(first, logits *Tensor, mask int64) *Tensor {
+	return call("pick_greedy", func(out *C.dt_tensor) C.dt_err {
+		return C.dtl_pick_greedy_after(first.h(), logits.h(), C.int64_t(mask), out)
+	}, first, logits)
+}
+
 // SumAll is the sum of every element (0-d).
 func (t *Tensor) SumAll() *Tensor {
 	return call("sum", func(out *C.dt_tensor) C.dt_err { return C.dtl_reduce_all(C.DT_SUM, t.h(), out) }, t)

@@ -82,15 +82,27 @@ func TestPickGreedy(t *testing.T) {
 			p, ids := pickRef(ToSlice[float32](back), c.n, c.v, c.mask)
 			out := PickGreedy(l, int64(c.mask))
 			defer out.Free()
-			got := ToSlice[float64](out)
-			for i := range c.n {
-				if int64(got[c.n+i]) != ids[i] {
-					t.Errorf("row %d: id %v, want %d", i, got[c.n+i], ids[i])
-				}
-				if d := math.Abs(got[i]-p[i]) / p[i]; d > c.maxRelP {
-					t.Errorf("row %d: p %.8g, want %.8g (rel %.1e)", i, got[i], p[i], d)
+			check := func(what string, got []float64) {
+				for i := range c.n {
+					if int64(got[c.n+i]) != ids[i] {
+						t.Errorf("%s row %d: id %v, want %d", what, i, got[c.n+i], ids[i])
+					}
+					if d := math.Abs(got[i]-p[i]) / p[i]; d > c.maxRelP {
+						t.Errorf("%s row %d: p %.8g, want %.8g (rel %.1e)", what, i, got[i], p[i], d)
+					}
 				}
 			}
+			check("PickGreedy", ToSlice[float64](out))
+			if c.n < 2 {
+				return
+			}
+			// Row 0 from a tensor of its own (memory apart from the rest).
+			first := host.Narrow(0, 0, 1).To(c.dtype, c.dev)
+			rest := l.Narrow(0, 1, int64(c.n-1))
+			defer Free(first, rest)
+			after := PickGreedyAfter(first, rest, int64(c.mask))
+			defer after.Free()
+			check("PickGreedyAfter", ToSlice[float64](after))
 		})
 	}
 	t.Run("errors", func(t *testing.T) {
@@ -105,6 +117,11 @@ func TestPickGreedy(t *testing.T) {
 		defer v.Free()
 		if err := Try(func() { PickGreedy(v, -1).Free() }); err == nil {
 			t.Error("1-d logits: no error")
+		}
+		wide := Zeros([]int64{1, 6}, Float32, CPU)
+		defer wide.Free()
+		if err := Try(func() { PickGreedyAfter(wide, l, -1).Free() }); err == nil {
+			t.Error("a first row of 6 before rows of 5: no error")
 		}
 	})
 }

@@ -847,6 +847,7 @@ struct Decoder {
   bool cudnn = false;       // with attn: long block steps' attention through cuDNN (attend_cudnn)
   int64_t cudnn_from = 0;   // for contexts past this many keys
   int64_t cudnn_chunks = 0; // $DLLM_ATTN_CUDNN_CHUNKS (8, 16, 32 or 64) instead of chunks' choice, to measure
+  bool fill_nodes = false;  // the cuDNN path's graphs get kernel nodes for their memset nodes (see capture)
   int64_t written = 0;      // the cache slots [written, Max) are zero (the cuDNN path reads past the context)
   int graphs = 0;      // capture graphs for query lengths up to this
   std::map<int64_t, int> seen; // forwards per capture key (see forward), before capture
@@ -1162,12 +1163,31 @@ struct Decoder {
         }
       }
       auto bucket = cudnn_bucket(Tn, causal, end);
+#ifdef DLLM_CUDNN_ATTN
+      // cuDNN's call is a memset and its kernel; as a graph node between
+      // RoPE and that kernel the memset costs ~5 us a layer (H200 trace,
+      // docs/performance.md), as a kernel node ~1. So the graph is kept
+      // uninstantiated until its memset nodes are kernel nodes.
+      bool fill = bucket > 0 && fill_nodes;
+      auto g = std::make_unique<at::cuda::CUDAGraph>(fill);
+#else
       auto g = std::make_unique<at::cuda::CUDAGraph>();
+#endif
       g->capture_begin(pool, cudaStreamCaptureModeThreadLocal);
       auto x = embed.index_select(0, c.ids);
       for (auto &ly : layers) x = post(ly, x, attend_all(ly, pre(ly, x, c.pos, bucket > 0), c.pos, rows, bucket));
       c.hn = norm_(x, norm);
       g->capture_end();
+#ifdef DLLM_CUDNN_ATTN
+      if (fill) {
+        int n = 0;
+        check_launch(dtk_graph_fill_memsets(g->raw_cuda_graph(), &n), "graph memset nodes");
+        g->instantiate();
+        if (std::getenv("DLLM_CAPTURE_LOG"))
+          std::fprintf(stderr, "dllm: %d memset nodes of the graph for %lld tokens at %lld made kernel nodes\n", n,
+                       static_cast<long long>(Tn), static_cast<long long>(end));
+      }
+#endif
       if (pool.first == 0 && pool.second == 0) pool = g->pool();
       c.g.push_back(std::move(g));
       captured.emplace(capture_key(Tn, causal, end), std::move(c));
@@ -1444,6 +1464,9 @@ dt_err dt_decoder_new(dt_tensor embed, dt_tensor norm, dt_tensor head, const dt_
     d->cudnn_chunks = ch && *ch ? std::atoll(ch) : 0;
     TORCH_CHECK(d->cudnn_chunks == 0 || (d->cudnn_chunks >= 8 && d->cudnn_chunks <= 64 && 64 % d->cudnn_chunks == 0),
                 "decoder: DLLM_ATTN_CUDNN_CHUNKS must be 8, 16, 32 or 64, not ", ch);
+    // DLLM_FILL_NODES=0 keeps cuDNN's memset nodes in the graphs (to measure).
+    const char *fn = std::getenv("DLLM_FILL_NODES");
+    d->fill_nodes = !(fn && std::string(fn) == "0");
 #endif
     // DLLM_WHOLE_GRAPH=0 keeps per-layer graphs for every forward (to measure).
     const char *wg = std::getenv("DLLM_WHOLE_GRAPH");
@@ -1517,35 +1540,53 @@ dt_err dt_decoder_prepare(dt_decoder dec, int64_t n, int64_t upto, int64_t *capt
 
 void dt_decoder_free(dt_decoder dec) { delete static_cast<Decoder *>(dec); }
 
-dt_err dt_pick_greedy(dt_tensor logits, int64_t mask, dt_tensor *out) {
-  return guard([&] {
-    at::NoGradGuard ng;
-    auto &l = T(logits);
-    TORCH_CHECK(l.dim() == 2 && l.size(0) >= 1 && l.size(1) >= 1, "pick_greedy: logits must be (n, V), not ",
-                l.sizes());
-    auto V = l.size(1);
-    TORCH_CHECK(mask < V, "pick_greedy: mask token ", mask, " is outside the vocabulary of ", V);
+} // extern "C"
+
+namespace {
+
+// pick_greedy is dt_pick_greedy over first's row (1, V), when defined,
+// followed by l's rows (n, V).
+at::Tensor pick_greedy(const at::Tensor &first, const at::Tensor &l, int64_t mask) {
+  at::NoGradGuard ng;
+  TORCH_CHECK(l.dim() == 2 && l.size(0) >= 1 && l.size(1) >= 1, "pick_greedy: logits must be (n, V), not ", l.sizes());
+  auto V = l.size(1);
+  TORCH_CHECK(!first.defined() || (first.dim() == 2 && first.size(0) == 1 && first.size(1) == V &&
+                                   first.scalar_type() == l.scalar_type() && first.device() == l.device()),
+              "pick_greedy: the first row must be (1, ", V, ") of the logits' dtype and device, not ", first.sizes());
+  TORCH_CHECK(mask < V, "pick_greedy: mask token ", mask, " is outside the vocabulary of ", V);
 #ifdef DLLM_KERNELS
-    auto st = l.scalar_type();
-    if (l.is_cuda() && (st == at::kBFloat16 || st == at::kHalf || st == at::kFloat)) {
-      auto lc = l.contiguous();
-      c10::cuda::CUDAGuard g(lc.device());
-      auto n = l.size(0);
-      auto o = at::empty({2 * n}, lc.options().dtype(at::kDouble));
-      auto scratch = at::empty({dtk_pick_greedy_scratch(n, V)}, lc.options().dtype(at::kByte));
-      int err = dtk_pick_greedy(static_cast<int>(st), lc.data_ptr(), n, V, mask, o.data_ptr<double>(),
-                                scratch.data_ptr(), c10::cuda::getCurrentCUDAStream().stream());
-      TORCH_CHECK(err == 0, "pick_greedy kernel: ", cudaGetErrorString(static_cast<cudaError_t>(err)));
-      *out = W(o);
-      return;
-    }
+  auto st = l.scalar_type();
+  if (l.is_cuda() && (st == at::kBFloat16 || st == at::kHalf || st == at::kFloat)) {
+    auto lc = l.contiguous();
+    auto fc = first.defined() ? first.contiguous() : first;
+    c10::cuda::CUDAGuard g(lc.device());
+    auto n = l.size(0) + (first.defined() ? 1 : 0);
+    auto o = at::empty({2 * n}, lc.options().dtype(at::kDouble));
+    auto scratch = at::empty({dtk_pick_greedy_scratch(n, V)}, lc.options().dtype(at::kByte));
+    int err = dtk_pick_greedy(static_cast<int>(st), fc.defined() ? fc.data_ptr() : nullptr, lc.data_ptr(), n, V, mask,
+                              o.data_ptr<double>(), scratch.data_ptr(), c10::cuda::getCurrentCUDAStream().stream());
+    TORCH_CHECK(err == 0, "pick_greedy kernel: ", cudaGetErrorString(static_cast<cudaError_t>(err)));
+    return o;
+  }
 #endif
-    auto f = l.to(at::kFloat, false, true); // a copy: the mask is written into it
-    if (mask >= 0) f.narrow(1, mask, 1).fill_(-INFINITY);
-    auto ids = f.argmax(1);
-    auto p = (std::get<0>(f.max(1)) - f.logsumexp(1)).exp();
-    *out = W(at::cat({p.to(at::kDouble), ids.to(at::kDouble)}));
-  });
+  auto all = first.defined() ? at::cat({first, l}) : l;
+  auto f = all.to(at::kFloat, false, true); // a copy: the mask is written into it
+  if (mask >= 0) f.narrow(1, mask, 1).fill_(-INFINITY);
+  auto ids = f.argmax(1);
+  auto p = (std::get<0>(f.max(1)) - f.logsumexp(1)).exp();
+  return at::cat({p.to(at::kDouble), ids.to(at::kDouble)});
+}
+
+} // namespace
+
+extern "C" {
+
+dt_err dt_pick_greedy(dt_tensor logits, int64_t mask, dt_tensor *out) {
+  return guard([&] { *out = W(pick_greedy(at::Tensor(), T(logits), mask)); });
+}
+
+dt_err dt_pick_greedy_after(dt_tensor first, dt_tensor logits, int64_t mask, dt_tensor *out) {
+  return guard([&] { *out = W(pick_greedy(T(first), T(logits), mask)); });
 }
 
 } // extern "C"

@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define DT_ABI_VERSION 9
+#define DT_ABI_VERSION 10
 
 typedef void *dt_tensor;
 typedef char *dt_err;
@@ -269,6 +269,9 @@ void dt_decoder_free(dt_decoder d);
  * logits' device: [p_0 .. p_n-1, id_0 .. id_n-1]. On CUDA with nvcc, one
  * kernel pass over the logits (kernels.cu); elsewhere libtorch ops. */
 dt_err dt_pick_greedy(dt_tensor logits, int64_t mask, dt_tensor *out);
+/* dt_pick_greedy over first's row (1, V) followed by logits' rows (n, V),
+ * without their concatenation: (2n + 2). */
+dt_err dt_pick_greedy_after(dt_tensor first, dt_tensor logits, int64_t mask, dt_tensor *out);
 
 /* --- data-parallel collectives (dist.cpp) -------------------------------- */
 /* A process group over libtorch's c10d: a TCPStore rendezvous, then Gloo

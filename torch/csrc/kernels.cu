@@ -11,8 +11,10 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -493,12 +495,14 @@ __device__ inline void block_max(float &m, long long &a) {
 
 // Grid (n rows, slices of slice columns); -inf and the mask column count as
 // absent. Threads take whole 16-byte chunks when vec (then slice % E == 0).
+// Given first, row 0 is first and row r > 0 is logits' row r - 1.
 template <typename T>
-__global__ void pick_part_kernel(const T *logits, int64_t V, int64_t slice, int64_t mask, bool vec, Part *parts) {
+__global__ void pick_part_kernel(const T *first, const T *logits, int64_t V, int64_t slice, int64_t mask, bool vec,
+                                 Part *parts) {
   dep_wait();
   dep_launch();
   constexpr int E = 16 / sizeof(T);
-  const T *row = logits + blockIdx.x * V;
+  const T *row = !first ? logits + blockIdx.x * V : blockIdx.x == 0 ? first : logits + (blockIdx.x - 1) * V;
   int64_t j0 = blockIdx.y * slice, j1 = j0 + slice < V ? j0 + slice : V;
   auto each = [&](auto f) {
     if (vec) {
@@ -554,14 +558,16 @@ __global__ void pick_merge_kernel(const Part *parts, int64_t n, int slices, doub
 int64_t pick_slices(int64_t V) { return (V + kPickSlice - 1) / kPickSlice; }
 
 template <typename T>
-int pick_greedy(const void *logits, int64_t n, int64_t V, int64_t mask, double *out, void *scratch, cudaStream_t s) {
+int pick_greedy(const void *first, const void *logits, int64_t n, int64_t V, int64_t mask, double *out, void *scratch,
+                cudaStream_t s) {
   constexpr int E = 16 / sizeof(T);
   int64_t slices = pick_slices(V), slice = (V + slices - 1) / slices;
-  bool vec = (reinterpret_cast<uintptr_t>(logits) & 15) == 0 && V % E == 0;
+  bool vec = ((reinterpret_cast<uintptr_t>(logits) | reinterpret_cast<uintptr_t>(first)) & 15) == 0 && V % E == 0;
   if (vec) slice = (slice + E - 1) / E * E;
   auto *parts = static_cast<Part *>(scratch);
   cudaError_t e = launch(pick_part_kernel<T>, dim3(static_cast<unsigned>(n), static_cast<unsigned>(slices)),
-                         kPickThreads, 0, s, static_cast<const T *>(logits), V, slice, mask, vec, parts);
+                         kPickThreads, 0, s, static_cast<const T *>(first), static_cast<const T *>(logits), V, slice,
+                         mask, vec, parts);
   if (e != cudaSuccess) return e;
   return launch(pick_merge_kernel, static_cast<unsigned>((n + 127) / 128), 128, 0, s, parts, n,
                 static_cast<int>(slices), out);
@@ -956,6 +962,41 @@ int attn_decode(const void *q, const void *kc, const void *vc, void *out, int64_
                 static_cast<int>(G), static_cast<int>(H), static_cast<int>(Hkv), splits, static_cast<int>(S), pos);
 }
 
+// fill_kernel is a memset node's work (dtk_graph_fill_memsets): height
+// rows of row_bytes bytes, pitch bytes apart, each 4-byte period of a row
+// the bytes of word; 16 bytes a store where vec says dst, pitch and
+// row_bytes allow it.
+__global__ void fill_kernel(char *dst, size_t pitch, size_t row_bytes, size_t height, unsigned word, int vec) {
+  size_t unit = vec ? 16 : 1, per_row = row_bytes / unit, n = per_row * height;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    size_t row = i / per_row, col = (i % per_row) * unit;
+    char *p = dst + row * pitch + col;
+    if (vec)
+      *reinterpret_cast<uint4 *>(p) = make_uint4(word, word, word, word);
+    else
+      *p = static_cast<char>(word >> (8 * (col % 4)));
+  }
+}
+
+// graph_neighbours is node's dependencies (in) or dependent nodes.
+cudaError_t graph_neighbours(cudaGraphNode_t node, bool in, std::vector<cudaGraphNode_t> &out) {
+  size_t n = 0;
+#if CUDART_VERSION >= 13000
+  cudaError_t e = in ? cudaGraphNodeGetDependencies(node, nullptr, nullptr, &n)
+                     : cudaGraphNodeGetDependentNodes(node, nullptr, nullptr, &n);
+  if (e != cudaSuccess) return e;
+  out.resize(n);
+  std::vector<cudaGraphEdgeData> data(n);
+  return in ? cudaGraphNodeGetDependencies(node, out.data(), data.data(), &n)
+            : cudaGraphNodeGetDependentNodes(node, out.data(), data.data(), &n);
+#else
+  cudaError_t e = in ? cudaGraphNodeGetDependencies(node, nullptr, &n) : cudaGraphNodeGetDependentNodes(node, nullptr, &n);
+  if (e != cudaSuccess) return e;
+  out.resize(n);
+  return in ? cudaGraphNodeGetDependencies(node, out.data(), &n) : cudaGraphNodeGetDependentNodes(node, out.data(), &n);
+#endif
+}
+
 } // namespace
 
 extern "C" {
@@ -1030,13 +1071,13 @@ int dtk_set_ids(int64_t *ids, int64_t *pos, const int64_t *host_ids, int64_t n, 
                 static_cast<int>(n), p0);
 }
 
-int dtk_pick_greedy(int dtype, const void *logits, int64_t n, int64_t V, int64_t mask, double *out, void *scratch,
-                    void *stream) {
+int dtk_pick_greedy(int dtype, const void *first, const void *logits, int64_t n, int64_t V, int64_t mask, double *out,
+                    void *scratch, void *stream) {
   auto s = static_cast<cudaStream_t>(stream);
   if (n < 1 || n > 2147483647 || V < 1 || pick_slices(V) > 65535 || scratch == nullptr) return cudaErrorInvalidValue;
-  if (dtype == kBF16) return pick_greedy<__nv_bfloat16>(logits, n, V, mask, out, scratch, s);
-  if (dtype == kF16) return pick_greedy<__half>(logits, n, V, mask, out, scratch, s);
-  if (dtype == kF32) return pick_greedy<float>(logits, n, V, mask, out, scratch, s);
+  if (dtype == kBF16) return pick_greedy<__nv_bfloat16>(first, logits, n, V, mask, out, scratch, s);
+  if (dtype == kF16) return pick_greedy<__half>(first, logits, n, V, mask, out, scratch, s);
+  if (dtype == kF32) return pick_greedy<float>(first, logits, n, V, mask, out, scratch, s);
   return cudaErrorInvalidValue;
 }
 
@@ -1092,6 +1133,57 @@ void dtk_tune(int pdl, int splits_cap, int ctas_per_sm, int min_tiles) {
   if (splits_cap > 0) g_splits_cap = splits_cap < kAD ? splits_cap : kAD;
   if (ctas_per_sm > 0) g_ctas_per_sm = ctas_per_sm;
   if (min_tiles > 0) g_min_tiles = min_tiles;
+}
+
+int dtk_graph_fill_memsets(void *graph, int *replaced) {
+  auto g = static_cast<cudaGraph_t>(graph);
+  *replaced = 0;
+  size_t n = 0;
+  cudaError_t e = cudaGraphGetNodes(g, nullptr, &n);
+  if (e != cudaSuccess) return e;
+  std::vector<cudaGraphNode_t> nodes(n);
+  if ((e = cudaGraphGetNodes(g, nodes.data(), &n)) != cudaSuccess) return e;
+  for (auto node : nodes) {
+    cudaGraphNodeType t;
+    if ((e = cudaGraphNodeGetType(node, &t)) != cudaSuccess) return e;
+    if (t != cudaGraphNodeTypeMemset) continue;
+    cudaMemsetParams p;
+    std::vector<cudaGraphNode_t> in, out;
+    if ((e = cudaGraphMemsetNodeGetParams(node, &p)) != cudaSuccess || (e = graph_neighbours(node, true, in)) ||
+        (e = graph_neighbours(node, false, out)))
+      return e;
+    // 1. The kernel's arguments: the value's bytes repeated over 4.
+    unsigned v = p.value, word = p.elementSize == 1 ? (v & 0xff) * 0x01010101u
+                                 : p.elementSize == 2 ? (v & 0xffff) * 0x00010001u
+                                                      : v;
+    char *dst = static_cast<char *>(p.dst);
+    size_t row_bytes = p.width * p.elementSize, height = p.height ? p.height : 1;
+    size_t pitch = height > 1 ? p.pitch : row_bytes;
+    int vec = (reinterpret_cast<uintptr_t>(dst) | pitch | row_bytes) % 16 == 0;
+    size_t units = row_bytes / (vec ? 16 : 1) * height;
+    // 2. A kernel node on the memset's incoming edges, then its outgoing
+    //    edges, then the memset goes (default edges: the kernel reads
+    //    nothing, so nothing may start it early).
+    void *args[] = {&dst, &pitch, &row_bytes, &height, &word, &vec};
+    cudaKernelNodeParams kp = {};
+    kp.func = reinterpret_cast<void *>(fill_kernel);
+    kp.blockDim = dim3(256);
+    kp.gridDim = dim3(static_cast<unsigned>(std::min<size_t>((units + 255) / 256, 1024)));
+    kp.kernelParams = args;
+    cudaGraphNode_t k;
+    if ((e = cudaGraphAddKernelNode(&k, g, in.data(), in.size(), &kp)) != cudaSuccess) return e;
+    for (auto o : out) {
+#if CUDART_VERSION >= 13000
+      e = cudaGraphAddDependencies(g, &k, &o, nullptr, 1);
+#else
+      e = cudaGraphAddDependencies(g, &k, &o, 1);
+#endif
+      if (e != cudaSuccess) return e;
+    }
+    if ((e = cudaGraphDestroyNode(node)) != cudaSuccess) return e;
+    ++*replaced;
+  }
+  return cudaSuccess;
 }
 
 } // extern "C"

@@ -62,9 +62,11 @@ int dtk_gemv_in(int dtype, int in, const void *x, const void *aux, float eps, co
 // first index of its largest value, column mask left out when mask >= 0,
 // and that value's softmax probability, exp(max - logsumexp) in float32;
 // out (2n) float64 on the device = [p_0 .. p_n-1, id_0 .. id_n-1]. scratch
-// is device memory of dtk_pick_greedy_scratch(n, V) bytes.
-int dtk_pick_greedy(int dtype, const void *logits, int64_t n, int64_t V, int64_t mask, double *out, void *scratch,
-                    void *stream);
+// is device memory of dtk_pick_greedy_scratch(n, V) bytes. Given first
+// (V), not null, row 0 is first and rows 1 .. n-1 are logits' first n - 1
+// (the sampler's carry row before a forward's rows, without a copy).
+int dtk_pick_greedy(int dtype, const void *first, const void *logits, int64_t n, int64_t V, int64_t mask, double *out,
+                    void *scratch, void *stream);
 int64_t dtk_pick_greedy_scratch(int64_t n, int64_t V);
 
 // Attention without a mask, head dim 128: every one of q's T tokens (T, H,
@@ -113,6 +115,13 @@ void dtk_tune(int pdl, int splits_cap, int ctas_per_sm, int min_tiles);
 // of a copy from host memory and an arange. n <= DTK_SET_IDS_MAX.
 #define DTK_SET_IDS_MAX 64
 int dtk_set_ids(int64_t *ids, int64_t *pos, const int64_t *host_ids, int64_t n, int64_t p0, void *stream);
+
+// Replaces each memset node of the CUDA graph (a cudaGraph_t, not yet
+// instantiated) with a kernel node that writes the same bytes, on the same
+// edges; *replaced is how many. cuDNN's attention issues a small memset
+// before its kernel, and a memset node between two kernels costs the
+// step ~4 us more than a kernel there (docs/performance.md).
+int dtk_graph_fill_memsets(void *graph, int *replaced);
 
 #ifdef __cplusplus
 }
