@@ -16,7 +16,10 @@
 #   TESTS='CUDA|PickGreedy'   -test.run pattern for the test binaries ("" skips)
 #   AB=DLLM_GEMV=0    also time with this setting (empty: only as is);
 #                     space-separated settings are timed one by one, a '+'
-#                     joins several into one (A=0+B=0)
+#                     joins several into one (A=0+B=0); AB=DLLM_TORCH_LIB=$PWD/x.so
+#                     times another shim (one built here in an earlier call,
+#                     carried back) against this tree's: a change without a
+#                     setting of its own
 #   TEST_AB=DLLM_GEMV=0   also run the tests with this setting (same form)
 #   PROBES=gpu_attn_probe.py   scripts to run first (exactness and timing;
 #                     .cu ones, e.g. gemm_pdl_probe.cu, built with nvcc)
