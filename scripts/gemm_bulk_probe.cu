@@ -10,11 +10,11 @@
 //   (its 128-byte swizzle, K renumbered so that x's fragments are 16
 //   consecutive values a lane: x is wgmma's A operand straight from
 //   registers and never touches shared memory);
-// - tgemm_kernel: TMA tensor copies (cuTensorMapEncodeTiled, 128-byte
-//   swizzle) of the weights' and x's own layouts, no packing, both operands
-//   from shared memory; tgemm_gu_kernel is it for the MLP's gate-up
-//   projection with the SiLU step (silu_mul_norm_kernel's arithmetic) in
-//   its epilogue.
+// - tgemm_kernel (kernels.cu's, what the decoder runs): TMA tensor copies
+//   (cuTensorMapEncodeTiled, 128-byte swizzle) of the weights' and x's own
+//   layouts, no packing, both operands from shared memory; tgemm_gu_kernel
+//   is it for the MLP's gate-up projection with the SiLU step
+//   (silu_mul_norm_kernel's arithmetic) in its epilogue.
 //
 // Both split K over thread block clusters whose partial products are summed
 // in shared memory (rank order: deterministic). The probe times, in CUDA
@@ -23,11 +23,13 @@
 // as the decoder's addmm_) through cublasGemmEx and ours, with each one's
 // error against cuBLAS; "copies only" runs the ring without the products
 // (wrong results; the streaming alone), "hot" times one weight copy over
-// and over. docs/performance.md has the figures (fourteenth session).
+// and over. Last, a layer's matmuls one after the other as the decoder
+// runs them, all cuBLAS's or all ours (with PDL and without).
+// docs/performance.md has the figures (fourteenth session).
 //
 //     NV=$(python3 -c 'import torch,os;print(os.path.dirname(os.path.dirname(torch.__file__)))')/nvidia/cu13/lib
 //     nvcc -O2 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o /tmp/pb scripts/gemm_bulk_probe.cu -L$NV \
-//         -l:libcublas.so.13 -l:libcublasLt.so.13 -L/usr/local/cuda/lib64/stubs -lcuda -Xlinker -rpath=$NV && /tmp/pb
+//         -l:libcublas.so.13 -l:libcublasLt.so.13 -Xlinker -rpath=$NV && /tmp/pb
 #define DLLM_SM90A // kernels.cu's TMA GEMM (tgemm_kernel, tgemm_gu_kernel) and its helpers
 #include "../torch/csrc/kernels.cu" // and launch_in, dep_wait, smem_u32, silu_mul_norm_kernel
 
@@ -45,7 +47,7 @@ using probe::kCopies;
 using probe::rand_bf16;
 using probe::timed;
 
-// --- Hopper pieces: mbarriers, bulk copies, wgmma, clusters ----------------
+// --- the 1-D form's own pieces: bulk copies, wgmma with A in registers ---
 
 // bulk_load copies bytes (a multiple of 16) from global src to shared dst
 // by the copy engine, completing them on bar.

@@ -53,7 +53,7 @@ for p in ${PROBES-}; do
 		NV=$($PY -c 'import torch,os;print(os.path.dirname(os.path.dirname(torch.__file__)))')/nvidia/cu13/lib
 		CU=${CUDA_HOME:-/usr/local/cuda}
 		$CU/bin/nvcc -O2 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o /tmp/${p%.cu} scripts/$p -L"$NV" \
-			-l:libcublas.so.13 -l:libcublasLt.so.13 -L$CU/lib64/stubs -lcuda -Xlinker -rpath="$NV" 2>&1 | grep -E "error" &&
+			-l:libcublas.so.13 -l:libcublasLt.so.13 -Xlinker -rpath="$NV" 2>&1 | grep -E "error" &&
 			echo "$p: build failed"
 		[ -x /tmp/${p%.cu} ] && /tmp/${p%.cu} 2>&1 | sed "s/^/$p: /" ;;
 	*) PYTHONPATH=scripts $PY scripts/$p 2>&1 | sed "s/^/$p: /" ;;
