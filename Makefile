@@ -30,7 +30,11 @@ TORCH_LIB := -L$(TORCH)/lib -Wl,-rpath,$(TORCH)/lib -ltorch -ltorch_cpu -lc10 \
 # shim is built without them and the decoder uses libtorch ops instead. They
 # link against the wheel's own CUDA runtime.
 NVCC ?= $(CUDA_HOME)/bin/nvcc
-NVCC_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
+# Hopper as sm_90a (its arch-specific wgmma) where nvcc knows it and the
+# runtime finds driver entry points by version (CUDA 12.5+): DLLM_SM90A
+# builds kernels.cu's TMA GEMM.
+comma := ,
+NVCC_ARCH ?= -gencode arch=compute_80,code=sm_80 $(if $(shell $(NVCC) --version 2>/dev/null | grep -E 'release (12\.[5-9]|1[3-9]\.|[2-9][0-9]\.)'),-gencode arch=compute_90a$(comma)code=sm_90a -DDLLM_SM90A,-gencode arch=compute_90,code=sm_90)
 ifneq ($(wildcard $(NVCC)),)
 KERNELS := build/kernels.o
 CUDART := $(firstword $(wildcard $(TORCH)/../nvidia/cu*/lib))

@@ -8,7 +8,7 @@
 # Usage: scripts/gpu-speed.sh   (expects bin/dllm, build/gpu/model.test and
 # build/gpu/torch.test built on the CPU machine: go test -c -o ... ./model)
 # Environment:
-#   CTX="1k 8k 32k"   contexts for bench decode
+#   CTX="1k 8k 32k"   contexts for bench decode ("" skips it)
 #   COMMIT=3          tokens committed per denoising forward
 #   TOKENS=256        timed tokens per point
 #   WARMUP=96         untimed tokens before them (bench decode --warmup; a
@@ -27,7 +27,7 @@
 #   AR=0              leave out the AR (block 1) points
 set -uo pipefail
 cd "$(dirname "$0")/.."
-CTX=${CTX:-"1k 8k 32k"}
+CTX=${CTX-"1k 8k 32k"}
 COMMIT=${COMMIT:-3}
 TOKENS=${TOKENS:-256}
 WARMUP=${WARMUP:-96}
@@ -51,7 +51,8 @@ for p in ${PROBES-}; do
 	case $p in
 	*.cu)
 		NV=$($PY -c 'import torch,os;print(os.path.dirname(os.path.dirname(torch.__file__)))')/nvidia/cu13/lib
-		${CUDA_HOME:-/usr/local/cuda}/bin/nvcc -O2 -std=c++17 -arch=sm_90 -o /tmp/${p%.cu} scripts/$p -L"$NV" \
+		CU=${CUDA_HOME:-/usr/local/cuda}
+		$CU/bin/nvcc -O2 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o /tmp/${p%.cu} scripts/$p -L"$NV" \
 			-l:libcublas.so.13 -l:libcublasLt.so.13 -Xlinker -rpath="$NV" 2>&1 | grep -E "error" &&
 			echo "$p: build failed"
 		[ -x /tmp/${p%.cu} ] && /tmp/${p%.cu} 2>&1 | sed "s/^/$p: /" ;;

@@ -908,6 +908,20 @@ struct Decoder {
                    "gemv");
       return out;
     }
+    // A block step's 2-32 rows take kernels.cu's Hopper GEMM where it takes
+    // the shape (it launches early and fetches its weights while the
+    // kernel before runs, which cuBLAS's kernels cannot).
+    if (kernels && in == kIn && x.size(0) > 1 && x.size(0) <= 32 && x.is_contiguous() && w.is_contiguous() &&
+        (!acc.defined() || acc.is_contiguous())) {
+      auto out = acc.defined() ? acc : at::empty({x.size(0), w.size(0)}, x.options());
+      int r = dtk_tma_linear(static_cast<int>(x.scalar_type()), x.data_ptr(), w.data_ptr(),
+                             acc.defined() ? acc.data_ptr() : nullptr, out.data_ptr(), x.size(0), w.size(0), w.size(1),
+                             stream());
+      if (r != DTK_TMA_NO) {
+        check_launch(r, "tma linear");
+        return out;
+      }
+    }
 #endif
     auto h = in == kInNorm ? norm_(x, nw) : in == kInSiluMul ? silu_mul_(x) : x;
     if (!acc.defined()) return at::linear(h, w);
@@ -947,7 +961,7 @@ struct Decoder {
     auto Tn = x.size(0);
     bool f = folds(x);
     auto qkv = ly.bqkv.defined() ? at::linear(norm_(x, ly.n1), ly.wqkv, ly.bqkv)
-               : f               ? at::linear(x, ly.wqkv_n)
+               : f               ? lin(x, ly.wqkv_n)
                                  : lin_in(x, ly.wqkv, kInNorm, ly.n1); // (T, (H+2Hkv)D)
 #ifdef DLLM_KERNELS
     if (kernels) {
@@ -1111,13 +1125,32 @@ struct Decoder {
   }
 #endif
 
+  // gate_up_silu is silu_mul_(y wgu_n^T, y) for the folded gate-up weight:
+  // one kernel of kernels.cu where it takes the shape (a block step's rows
+  // on a Hopper), else cuBLAS's matmul and the SiLU kernel.
+  at::Tensor gate_up_silu(const at::Tensor &y, const at::Tensor &wgu_n) {
+#ifdef DLLM_KERNELS
+    if (kernels && y.is_contiguous() && wgu_n.is_contiguous()) {
+      auto F = wgu_n.size(0) / 2;
+      auto out = at::empty({y.size(0), F}, y.options());
+      int r = dtk_tma_gate_up_silu(static_cast<int>(y.scalar_type()), y.data_ptr(), wgu_n.data_ptr(), out.data_ptr(),
+                                   y.size(0), F, y.size(1), static_cast<float>(eps), stream());
+      if (r != DTK_TMA_NO) {
+        check_launch(r, "tma gate-up");
+        return out;
+      }
+    }
+#endif
+    return silu_mul_(at::linear(y, wgu_n), y);
+  }
+
   // post is layer l's output projection and MLP on the residual stream x,
   // which it updates in place (the residual adds ride in the matmuls) and
   // returns. In place is safe: nothing reads a layer's input after its
   // post (a forward's graphs all hand the one residual buffer on).
   at::Tensor post(DecLayer &ly, const at::Tensor &x, const at::Tensor &ao) {
     auto y = lin(ao, ly.wo, x);
-    if (folds(y)) return lin(silu_mul_(at::linear(y, ly.wgu_n), y), ly.wdown, y);
+    if (folds(y)) return lin(gate_up_silu(y, ly.wgu_n), ly.wdown, y);
     auto gu = lin_in(y, ly.wgu, kInNorm, ly.n2); // (T, 2F)
     return lin_in(gu, ly.wdown, kInSiluMul, at::Tensor(), y);
   }

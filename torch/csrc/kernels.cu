@@ -10,6 +10,9 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#ifdef DLLM_SM90A
+#include <cuda.h> // CUtensorMap
+#endif
 
 #include <algorithm>
 #include <cstdlib>
@@ -997,6 +1000,440 @@ cudaError_t graph_neighbours(cudaGraphNode_t node, bool in, std::vector<cudaGrap
 #endif
 }
 
+#ifdef DLLM_SM90A
+// --- TMA GEMM for block steps (2-32 rows) -------------------------------------
+//
+// out (M, N) = [res +] x (M, K) W^T for M <= 32 on Hopper, for the matmuls of
+// a denoising block step, where cuBLAS's kernels cannot launch before the
+// kernel ahead of them is done (they do not wait on griddepcontrol). These
+// do: launched with PDL, each fetches its first weights while the kernel
+// before still runs, then waits. The weights (and x) come into a ring of
+// shared memory stages by TMA tensor copies of their own layouts (128-byte
+// swizzle, no repacking), a copier warp ahead of one warpgroup that
+// multiplies with wgmma (x as the 64-row A operand: rows past M read
+// whatever follows the x tile and are dropped). K is split over a thread
+// block cluster whose partial products meet in shared memory; each CTA
+// sums 1/KS of them in rank order (deterministic). Measured against cuBLAS
+// with scripts/gemm_bulk_probe.cu (docs/performance.md, fourteenth
+// session). Needs sm_90a (DLLM_SM90A: the Makefile builds it where nvcc
+// knows the target); elsewhere the kernels trap and the host never
+// launches them.
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define DLLM_TMA_DEVICE 1
+#endif
+// The helpers go unused where the kernels' bodies are traps (sm_80, sm_90).
+#pragma nv_diag_suppress 177
+
+__device__ inline void mbar_init(unsigned bar, unsigned count) {
+#ifdef DLLM_TMA_DEVICE
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+#endif
+}
+// mbar_expect arrives on bar, telling it bytes more will land by TMA.
+__device__ inline void mbar_expect(unsigned bar, unsigned bytes) {
+#ifdef DLLM_TMA_DEVICE
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+#endif
+}
+__device__ inline void mbar_arrive(unsigned bar) {
+#ifdef DLLM_TMA_DEVICE
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+#endif
+}
+// mbar_wait returns once bar's phase of the given parity has completed.
+__device__ inline void mbar_wait(unsigned bar, unsigned parity) {
+#ifdef DLLM_TMA_DEVICE
+  unsigned done;
+  do {
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}"
+                 : "=r"(done)
+                 : "r"(bar), "r"(parity)
+                 : "memory");
+  } while (!done);
+#endif
+}
+// tma_load2d copies the box at (c0 inner, c1 outer) of map's tensor into
+// shared dst (map's swizzle), completing on bar.
+__device__ inline void tma_load2d(unsigned dst, const CUtensorMap &map, int c0, int c1, unsigned bar) {
+#ifdef DLLM_TMA_DEVICE
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
+          dst),
+      "l"(reinterpret_cast<uint64_t>(&map)), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
+#endif
+}
+__device__ inline unsigned cluster_rank() {
+  unsigned r = 0;
+#ifdef DLLM_TMA_DEVICE
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+#endif
+  return r;
+}
+__device__ inline void cluster_sync() {
+#ifdef DLLM_TMA_DEVICE
+  asm volatile("barrier.cluster.arrive.aligned;\nbarrier.cluster.wait.aligned;" ::: "memory");
+#endif
+}
+// ld_peer4 is four floats at shared address a of the cluster's CTA rank.
+__device__ inline float4 ld_peer4(unsigned a, unsigned rank) {
+  float4 v = make_float4(0, 0, 0, 0);
+#ifdef DLLM_TMA_DEVICE
+  unsigned r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(r)
+               : "memory");
+#endif
+  return v;
+}
+// sw128_desc is the wgmma descriptor of a K-major operand in shared memory
+// with 128-byte swizzling (what TMA's 128-byte swizzle writes): rows of 64
+// values (128 bytes) eight to a 1024-byte atom, the 16-byte chunk c of row
+// r stored at chunk c ^ (r % 8); addr is where its 16-value k step starts
+// (atom base + 32 k bytes).
+__device__ inline uint64_t sw128_desc(unsigned addr) {
+  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
+}
+__device__ inline void wg_fence() {
+#ifdef DLLM_TMA_DEVICE
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+__device__ inline void wg_commit() {
+#ifdef DLLM_TMA_DEVICE
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+// wg_wait1 waits until at most one of this warp's wgmma groups is pending.
+__device__ inline void wg_wait1() {
+#ifdef DLLM_TMA_DEVICE
+  asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+#endif
+}
+// wg_wait waits for all of them; d, their accumulator, is then tied to the
+// wait (an empty asm on each register) so that nothing reads it before.
+template <int NJ> __device__ inline void wg_wait(float (&d)[NJ][4]) {
+#ifdef DLLM_TMA_DEVICE
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#endif
+#pragma unroll
+  for (int j = 0; j < NJ; j++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) asm volatile("" : "+f"(d[j][e])::"memory");
+}
+// wgmma_ss is d (64 x NW, float32; warp w's rows 16 w .. 16 w + 15 in
+// mma.sync's accumulator layout, d[j] the 8 columns 8 j ..) += a (64 x 16)
+// b (NW x 16)^T, bf16, both K-major in shared memory (descriptors); one
+// register operand per accumulator value.
+template <int NW> __device__ inline void wgmma_ss(float (&d)[NW / 8][4], uint64_t a, uint64_t b);
+template <> __device__ inline void wgmma_ss<64>(float (&d)[8][4], uint64_t a, uint64_t b) {
+#ifdef DLLM_TMA_DEVICE
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, "
+               "%32, %33, p, 1, 1, 0, 0;\n}\n"
+               : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+               : "l"(a), "l"(b), "r"(1));
+#endif
+}
+template <> __device__ inline void wgmma_ss<96>(float (&d)[12][4], uint64_t a, uint64_t b) {
+#ifdef DLLM_TMA_DEVICE
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %50, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47}, "
+               "%48, %49, p, 1, 1, 0, 0;\n}\n"
+               : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3])
+               : "l"(a), "l"(b), "r"(1));
+#endif
+}
+template <> __device__ inline void wgmma_ss<128>(float (&d)[16][4], uint64_t a, uint64_t b) {
+#ifdef DLLM_TMA_DEVICE
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, "
+               "%64, %65, p, 1, 1, 0, 0;\n}\n"
+               : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+               : "l"(a), "l"(b), "r"(1));
+#endif
+}
+
+constexpr int kTmaRows = 32; // x's box: M <= 32
+
+// tgemm_kernel: out = [res +] x W^T (res may be out, or null). Grid (N / NW,
+// KS) in clusters of the KS CTAs of a weight slice; 160 threads: warps 0-3
+// multiply, warp 4 issues the copies. CTA rank r takes the CH = K / 64 / KS
+// chunks of K from r CH, through ST stages, each the weights' (NW, 64) box
+// and x's (32, 64) box.
+template <int NW, int KS, int ST>
+__global__ void __launch_bounds__(160)
+    tgemm_kernel(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap xmap,
+                 const __nv_bfloat16 *res, __nv_bfloat16 *out, int M, int N, int K) {
+#ifdef DLLM_TMA_DEVICE
+  constexpr int kW = NW * 128, kStage = kW + kTmaRows * 128; // bytes
+  extern __shared__ __align__(16) unsigned char smem_[];
+  unsigned char *smem =
+      reinterpret_cast<unsigned char *>((reinterpret_cast<uintptr_t>(smem_) + 1023) & ~uintptr_t(1023));
+  float *red = reinterpret_cast<float *>(smem + ST * kStage); // (M, NW) partial products
+  uint64_t *bars = reinterpret_cast<uint64_t *>(red + kTmaRows * NW);
+  const unsigned full0 = smem_u32(bars), empty0 = smem_u32(bars + ST);
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int nt = blockIdx.x, rank = KS > 1 ? int(cluster_rank()) : 0;
+  const int CH = K / 64 / KS, k0 = rank * CH * 64;
+
+  // 1. Barriers: full[s] completes when stage s has landed, empty[s] when
+  // the four multiplying warps are done with it.
+  if (tid == 0) {
+    for (int s = 0; s < ST; s++) mbar_init(full0 + 8 * s, 1), mbar_init(empty0 + 8 * s, 4);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+
+  float d[NW / 8][4] = {};
+  if (warp == 4) {
+    // 2. The copier: the first stages' weights before the PDL wait (nothing
+    // before writes them), x's after; then each stage as it frees.
+    if (lane == 0)
+      for (int c = 0; c < CH && c < ST; c++) {
+        mbar_expect(full0 + 8 * c, kStage);
+        tma_load2d(smem_u32(smem + c * kStage), wmap, k0 + 64 * c, nt * NW, full0 + 8 * c);
+      }
+    dep_wait();
+    dep_launch();
+    if (lane == 0) {
+      for (int c = 0; c < CH && c < ST; c++)
+        tma_load2d(smem_u32(smem + c * kStage + kW), xmap, k0 + 64 * c, 0, full0 + 8 * c);
+      for (int c = ST; c < CH; c++) {
+        const int s = c % ST;
+        mbar_wait(empty0 + 8 * s, (c / ST - 1) & 1);
+        mbar_expect(full0 + 8 * s, kStage);
+        tma_load2d(smem_u32(smem + s * kStage), wmap, k0 + 64 * c, nt * NW, full0 + 8 * s);
+        tma_load2d(smem_u32(smem + s * kStage + kW), xmap, k0 + 64 * c, 0, full0 + 8 * s);
+      }
+    }
+    __syncwarp(); // the cluster barrier below wants whole warps
+  } else {
+    // 3. The multipliers: one chunk's products in flight while the next
+    // chunk's are issued; a stage is released once those reading it are done.
+    dep_wait();
+    dep_launch();
+    for (int c = 0; c < CH; c++) {
+      const int s = c % ST;
+      mbar_wait(full0 + 8 * s, (c / ST) & 1);
+      const unsigned wb = smem_u32(smem + s * kStage), xb = wb + kW;
+      wg_fence();
+#pragma unroll
+      for (int ks = 0; ks < 4; ks++) wgmma_ss<NW>(d, sw128_desc(xb + 32 * ks), sw128_desc(wb + 32 * ks));
+      wg_commit();
+      wg_wait1();
+      __syncwarp();
+      if (lane == 0 && c > 0) mbar_arrive(empty0 + 8 * ((c - 1) % ST));
+    }
+    wg_wait(d);
+  }
+
+  // 4. The sum over the cluster; rows past M are dropped.
+  const int g = lane / 4, t = lane % 4;
+  if (warp < 4) {
+#pragma unroll
+    for (int j = 0; j < NW / 8; j++)
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        const int m = 16 * warp + g + 8 * h;
+        if (m < M) *reinterpret_cast<float2 *>(red + m * NW + 8 * j + 2 * t) = make_float2(d[j][2 * h], d[j][2 * h + 1]);
+      }
+  }
+  if (KS > 1)
+    cluster_sync();
+  else
+    __syncthreads();
+  const int E = M * NW, per = (E / 4 + KS - 1) / KS * 4; // floats, in fours
+  for (int i = rank * per + 4 * tid; i < min(E, (rank + 1) * per); i += 4 * 160) {
+    float4 v = make_float4(0, 0, 0, 0);
+    for (int q = 0; q < KS; q++) {
+      float4 p = KS > 1 ? ld_peer4(smem_u32(red + i), q) : *reinterpret_cast<float4 *>(red + i);
+      v.x += p.x, v.y += p.y, v.z += p.z, v.w += p.w;
+    }
+    const size_t o = size_t(i / NW) * N + nt * NW + i % NW;
+    if (res) {
+      const float2 r0 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(res + o));
+      const float2 r1 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(res + o + 2));
+      v.x += r0.x, v.y += r0.y, v.z += r1.x, v.w += r1.y;
+    }
+    *reinterpret_cast<__nv_bfloat162 *>(out + o) = __floats2bfloat162_rn(v.x, v.y);
+    *reinterpret_cast<__nv_bfloat162 *>(out + o + 2) = __floats2bfloat162_rn(v.z, v.w);
+  }
+  if (KS > 1) cluster_sync(); // peers may still read this CTA's partials
+#else
+  __trap();
+#endif
+}
+template <int NW, int ST> constexpr size_t tgemm_smem() {
+  return 1024 + size_t(ST) * (NW + kTmaRows) * 128 + kTmaRows * NW * 4 + 16 * ST;
+}
+
+// tgemm_gu_kernel is tgemm_kernel for the MLP's gate-up projection with
+// silu_mul_norm_kernel's step in its epilogue: w is the fused (gate; up)
+// weight with the RMSNorm's weight folded in (2F, K), and out (M, F) =
+// silu(g) u with g and u scaled by x's inverse RMS, rounded as there. CTA j
+// takes gate rows [48 j, 48 j + 48) and the same up rows (two boxes a
+// chunk, one 96-row tile) over all of K, so it owns its outputs; it sums
+// x's squares from the tiles it multiplies.
+template <int ST>
+__global__ void __launch_bounds__(160)
+    tgemm_gu_kernel(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap xmap,
+                    __nv_bfloat16 *out, int M, int F, int K, float eps) {
+#ifdef DLLM_TMA_DEVICE
+  using T = __nv_bfloat16;
+  constexpr int NH = 48, NW = 2 * NH, kH = NH * 128, kW = NW * 128, kStage = kW + kTmaRows * 128;
+  extern __shared__ __align__(16) unsigned char smem_[];
+  unsigned char *smem =
+      reinterpret_cast<unsigned char *>((reinterpret_cast<uintptr_t>(smem_) + 1023) & ~uintptr_t(1023));
+  float *rinv = reinterpret_cast<float *>(smem + (ST + 1) * kStage); // past the ring and x's overhang
+  uint64_t *bars = reinterpret_cast<uint64_t *>(rinv + kTmaRows);
+  const unsigned full0 = smem_u32(bars), empty0 = smem_u32(bars + ST);
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, j0 = blockIdx.x * NH, CH = K / 64;
+  if (tid == 0) {
+    for (int s = 0; s < ST; s++) mbar_init(full0 + 8 * s, 1), mbar_init(empty0 + 8 * s, 4);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  float d[NW / 8][4] = {};
+  if (warp == 4) {
+    auto wload = [&](int c, int s) {
+      tma_load2d(smem_u32(smem + s * kStage), wmap, 64 * c, j0, full0 + 8 * s);
+      tma_load2d(smem_u32(smem + s * kStage + kH), wmap, 64 * c, F + j0, full0 + 8 * s);
+    };
+    if (lane == 0)
+      for (int c = 0; c < CH && c < ST; c++) mbar_expect(full0 + 8 * c, kStage), wload(c, c);
+    dep_wait();
+    dep_launch();
+    if (lane == 0) {
+      for (int c = 0; c < CH && c < ST; c++)
+        tma_load2d(smem_u32(smem + c * kStage + kW), xmap, 64 * c, 0, full0 + 8 * c);
+      for (int c = ST; c < CH; c++) {
+        const int s = c % ST;
+        mbar_wait(empty0 + 8 * s, (c / ST - 1) & 1);
+        mbar_expect(full0 + 8 * s, kStage);
+        wload(c, s);
+        tma_load2d(smem_u32(smem + s * kStage + kW), xmap, 64 * c, 0, full0 + 8 * s);
+      }
+    }
+    __syncwarp();
+    return;
+  }
+  dep_wait();
+  dep_launch();
+  const int row = tid / 4, q = tid % 4;
+  float ss = 0;
+  for (int c = 0; c < CH; c++) {
+    const int s = c % ST;
+    mbar_wait(full0 + 8 * s, (c / ST) & 1);
+    const unsigned wb = smem_u32(smem + s * kStage), xb = wb + kW;
+    wg_fence();
+#pragma unroll
+    for (int ks = 0; ks < 4; ks++) wgmma_ss<NW>(d, sw128_desc(xb + 32 * ks), sw128_desc(wb + 32 * ks));
+    wg_commit();
+    if (row < M) { // x's squares (the swizzle only moves a row's 16-byte chunks)
+      const uint4 *xr = reinterpret_cast<const uint4 *>(smem + s * kStage + kW + row * 128 + q * 32);
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        uint4 v = xr[h];
+        const T *e = reinterpret_cast<const T *>(&v);
+#pragma unroll
+        for (int i = 0; i < 8; i++) ss += f32(e[i]) * f32(e[i]);
+      }
+    }
+    wg_wait1();
+    __syncwarp();
+    if (lane == 0 && c > 0) mbar_arrive(empty0 + 8 * ((c - 1) % ST));
+  }
+  wg_wait(d);
+  ss += __shfl_xor_sync(0xffffffff, ss, 1);
+  ss += __shfl_xor_sync(0xffffffff, ss, 2);
+  if (q == 0) rinv[row] = rsqrtf(ss / static_cast<float>(K) + eps);
+  asm volatile("bar.sync 1, 128;" ::: "memory"); // the multiplying warps only
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    const int m = 16 * warp + g + 8 * h;
+    if (m >= M) continue;
+    const float r = rinv[m];
+#pragma unroll
+    for (int j = 0; j < NH / 8; j++) {
+      float y[2];
+#pragma unroll
+      for (int e = 0; e < 2; e++) {
+        // As cuBLAS's bf16 output then silu_mul_norm_kernel.
+        float gv = round<T>(round<T>(d[j][2 * h + e]) * r), uv = round<T>(round<T>(d[j + NH / 8][2 * h + e]) * r);
+        y[e] = round<T>(gv / (1.0f + __expf(-gv))) * uv;
+      }
+      *reinterpret_cast<__nv_bfloat162 *>(out + size_t(m) * F + j0 + 8 * j + 2 * t) = __floats2bfloat162_rn(y[0], y[1]);
+    }
+  }
+#else
+  __trap();
+#endif
+}
+template <int ST> constexpr size_t tgemm_gu_smem() { return 1024 + size_t(ST + 1) * (96 + kTmaRows) * 128 + kTmaRows * 4 + 16 * ST; }
+
+// The driver's cuTensorMapEncodeTiled, found through the runtime (the shim
+// links no libcuda of its own).
+using EncodeTiled = CUresult (*)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
+                                 const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
+                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+EncodeTiled encoder() {
+  static EncodeTiled fn = [] {
+    void *p = nullptr;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+      p = nullptr;
+    return reinterpret_cast<EncodeTiled>(p);
+  }();
+  return fn;
+}
+
+// tmap2d is the tensor map of a row-major (rows, cols) bf16 matrix read in
+// (box_rows, 64) boxes with the 128-byte swizzle (rows past the end: zeros).
+bool tmap2d(CUtensorMap *m, const void *p, int64_t rows, int64_t cols, int box_rows) {
+  cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)}, strides[1] = {cuuint64_t(cols) * 2};
+  cuuint32_t box[2] = {64, cuuint32_t(box_rows)}, es[2] = {1, 1};
+  return encoder()(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void *>(p), dims, strides, box, es,
+                   CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// tma_on: the device is a Hopper of compute capability 9.0 (sm_90a's
+// target), the driver encodes tensor maps, and DLLM_TMA_GEMM is not 0.
+bool tma_on() {
+  static const bool on = [] {
+    const char *e = std::getenv("DLLM_TMA_GEMM");
+    int dev = 0, major = 0, minor = 0;
+    return !(e && std::string(e) == "0") && cudaGetDevice(&dev) == cudaSuccess &&
+           cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+           cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess && major == 9 &&
+           minor == 0 && encoder() != nullptr;
+  }();
+  return on;
+}
+
+// tgemm launches tgemm_kernel<NW, KS, ST> for the maps.
+template <int NW, int KS, int ST>
+int tgemm(const CUtensorMap &wm, const CUtensorMap &xm, const void *res, void *out, int64_t M, int64_t N, int64_t K,
+          cudaStream_t s) {
+  constexpr size_t smem = tgemm_smem<NW, ST>();
+  static const cudaError_t set =
+      cudaFuncSetAttribute(tgemm_kernel<NW, KS, ST>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  if (set != cudaSuccess) return set;
+  return launch_in(tgemm_kernel<NW, KS, ST>, dim3(static_cast<unsigned>(N / NW), KS), 160, smem, s, unsigned(KS), wm,
+                   xm, static_cast<const __nv_bfloat16 *>(res), static_cast<__nv_bfloat16 *>(out), static_cast<int>(M),
+                   static_cast<int>(N), static_cast<int>(K));
+}
+
+bool aligned16(const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+#pragma nv_diag_default 177
+#endif // DLLM_SM90A
+
 } // namespace
 
 extern "C" {
@@ -1184,6 +1621,49 @@ int dtk_graph_fill_memsets(void *graph, int *replaced) {
     ++*replaced;
   }
   return cudaSuccess;
+}
+
+int dtk_tma_linear(int dtype, const void *x, const void *w, const void *resid, void *out, int64_t M, int64_t N,
+                   int64_t K, void *stream) {
+#ifdef DLLM_SM90A
+  if (!tma_on() || dtype != kBF16 || M < 1 || M > kTmaRows || K % 64 != 0 || !aligned16(x) || !aligned16(w) ||
+      !aligned16(out) || (resid && !aligned16(resid)))
+    return DTK_TMA_NO;
+  auto s = static_cast<cudaStream_t>(stream);
+  CUtensorMap wm, xm;
+  // The down projection's shape (K 6144) takes 128-row slices and K in
+  // eight; the others 64-row slices and K in four (the probe's best).
+  if (K >= 4096 && N % 128 == 0 && (K / 64) % 8 == 0) {
+    if (!tmap2d(&wm, w, N, K, 128) || !tmap2d(&xm, x, M, K, kTmaRows)) return cudaErrorInvalidValue;
+    return tgemm<128, 8, 4>(wm, xm, resid, out, M, N, K, s);
+  }
+  if (N % 64 == 0 && (K / 64) % 4 == 0) {
+    if (!tmap2d(&wm, w, N, K, 64) || !tmap2d(&xm, x, M, K, kTmaRows)) return cudaErrorInvalidValue;
+    return tgemm<64, 4, 4>(wm, xm, resid, out, M, N, K, s);
+  }
+#endif
+  return DTK_TMA_NO;
+}
+
+int dtk_tma_gate_up_silu(int dtype, const void *x, const void *w, void *out, int64_t M, int64_t F, int64_t K,
+                         float eps, void *stream) {
+#ifdef DLLM_SM90A
+  if (!tma_on() || dtype != kBF16 || M < 1 || M > kTmaRows || K % 64 != 0 || F % 48 != 0 || !aligned16(x) ||
+      !aligned16(w) || !aligned16(out))
+    return DTK_TMA_NO;
+  CUtensorMap wm, xm;
+  if (!tmap2d(&wm, w, 2 * F, K, 48) || !tmap2d(&xm, x, M, K, kTmaRows)) return cudaErrorInvalidValue;
+  constexpr int ST = 6;
+  constexpr size_t smem = tgemm_gu_smem<ST>();
+  static const cudaError_t set =
+      cudaFuncSetAttribute(tgemm_gu_kernel<ST>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  if (set != cudaSuccess) return set;
+  return launch(tgemm_gu_kernel<ST>, dim3(static_cast<unsigned>(F / 48)), 160, smem, static_cast<cudaStream_t>(stream),
+                wm, xm, static_cast<__nv_bfloat16 *>(out), static_cast<int>(M), static_cast<int>(F),
+                static_cast<int>(K), eps);
+#else
+  return DTK_TMA_NO;
+#endif
 }
 
 } // extern "C"
