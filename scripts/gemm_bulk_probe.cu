@@ -131,13 +131,7 @@ __global__ void __launch_bounds__(160)
   const int CH = K / 64 / KS;
   const bf16 *src = Wt + (size_t(nt) * (K / 64) + size_t(rank) * CH) * (NW * 64);
 
-  // 1. Barriers: full[s] completes when stage s's tile has landed, empty[s]
-  // when the four multiplying warps are done reading it.
-  if (tid == 0) {
-    for (int s = 0; s < ST; s++) mbar_init(full0 + 8 * s, 1), mbar_init(empty0 + 8 * s, 4);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
-  __syncthreads();
+  ring_init(full0, empty0, ST);
 
   float d[NW / 8][4] = {};
   if (warp == 4) {
@@ -204,36 +198,8 @@ __global__ void __launch_bounds__(160)
     }
   }
 
-  // 4. The sum over the cluster. Rows past M are dropped.
-  const int g = lane / 4, t = lane % 4;
-  if (warp < 4) {
-#pragma unroll
-    for (int j = 0; j < NW / 8; j++)
-#pragma unroll
-      for (int h = 0; h < 2; h++) {
-        const int m = 16 * warp + g + 8 * h;
-        if (m < M) *reinterpret_cast<float2 *>(red + m * NW + 8 * j + 2 * t) = make_float2(d[j][2 * h], d[j][2 * h + 1]);
-      }
-  }
-  if (KS > 1)
-    cluster_sync();
-  else
-    __syncthreads();
-  const int E = M * NW, per = (E / 4 + KS - 1) / KS * 4; // floats, in fours
-  for (int i = rank * per + 4 * tid; i < min(E, (rank + 1) * per); i += 4 * 160) {
-    float4 v = make_float4(0, 0, 0, 0);
-    for (int q = 0; q < KS; q++) {
-      float4 p = KS > 1 ? ld_peer4(smem_u32(red + i), q) : *reinterpret_cast<float4 *>(red + i);
-      v.x += p.x, v.y += p.y, v.z += p.z, v.w += p.w;
-    }
-    const int m = i / NW, n = nt * NW + i % NW;
-    const size_t o = size_t(m) * N + n;
-    const float2 r0 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(res + o));
-    const float2 r1 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(res + o + 2));
-    *reinterpret_cast<__nv_bfloat162 *>(out + o) = __floats2bfloat162_rn(r0.x + v.x, r0.y + v.y);
-    *reinterpret_cast<__nv_bfloat162 *>(out + o + 2) = __floats2bfloat162_rn(r1.x + v.z, r1.y + v.w);
-  }
-  if (KS > 1) cluster_sync(); // peers may still read this CTA's partials
+  // 4. The sum over the cluster (kernels.cu's, as tgemm_kernel's).
+  cluster_sum_out<NW, KS>(d, red, res, out, M, N, nt, rank);
 }
 
 // spin_kernel stands in for the attention's split merge, the shim's kernel
@@ -260,13 +226,7 @@ template <int NW, int ST> constexpr size_t bgemm_smem() { return 1024 + size_t(S
 
 int main() {
   cudaStream_t s;
-  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  cublasHandle_t bh;
-  CK(cublasCreate(&bh));
-  CK(cublasSetStream(bh, s));
-  void *ws;
-  CK(cudaMalloc(&ws, 32u << 20));
-  CK(cublasSetWorkspace(bh, ws, 32u << 20));
+  cublasHandle_t bh = probe::cublas_on(&s);
 
   struct Cfg {
     int tma, nw, ks, st, mode; // tma: 0 bgemm_kernel, 1 tgemm_kernel; mode 1: the copies only
@@ -332,27 +292,14 @@ int main() {
           std::fprintf(stderr, "no kernel for NW=%d KS=%d ST=%d\n", cf.nw, cf.ks, cf.st);
           std::exit(2);
         };
-        // Exactness: both from the same residual.
-        CK(cudaMemcpy(o1, res, size_t(m) * sh.n * 2, cudaMemcpyDeviceToDevice));
-        CK(cudaMemcpy(o2, res, size_t(m) * sh.n * 2, cudaMemcpyDeviceToDevice));
-        cublas(0, o1);
-        ours(0, o2);
-        CK(cudaStreamSynchronize(s));
-        std::vector<bf16> h1(size_t(m) * sh.n), h2(h1.size()), h0(h1.size());
-        CK(cudaMemcpy(h1.data(), o1, h1.size() * 2, cudaMemcpyDeviceToHost));
-        CK(cudaMemcpy(h2.data(), o2, h2.size() * 2, cudaMemcpyDeviceToHost));
-        CK(cudaMemcpy(h0.data(), res, h0.size() * 2, cudaMemcpyDeviceToHost));
-        double num = 0, den = 0;
-        for (size_t i = 0; i < h1.size(); i++) {
-          double a = __bfloat162float(h2[i]), b = __bfloat162float(h1[i]), r0 = __bfloat162float(h0[i]);
-          num += (a - b) * (a - b), den += (b - r0) * (b - r0);
-        }
+        const double err = probe::product_err(  // both from the same residual
+            s, [&](bf16 *o) { cublas(0, o); }, [&](bf16 *o) { ours(0, o); }, o1, o2, res, size_t(m) * sh.n);
         double to = timed(s, [&](int r) { ours(r, o2); });
         double hot = timed(s, [&](int) { ours(0, o2); }); // one weight copy: L2 serves what it holds
         std::printf("%-7s M=%d %s NW=%3d KS=%d ST=%2d%s (%3d CTAs): ours %5.1f us (%4.0f GB/s; hot %5.1f) vs "
                     "cuBLAS %5.1f | err %.1e\n",
                     sh.name, m, cf.tma ? "tma " : "bulk", cf.nw, cf.ks, cf.st, cf.mode ? " copies only" : "",
-                    sh.n / cf.nw * cf.ks, to, sh.n * double(sh.k) * 2 / to / 1e3, hot, tc, std::sqrt(num / den));
+                    sh.n / cf.nw * cf.ks, to, sh.n * double(sh.k) * 2 / to / 1e3, hot, tc, err);
       }
       for (auto p : W) cudaFree(p);
       for (auto p : Wt) cudaFree(p);

@@ -288,13 +288,7 @@ __global__ void __launch_bounds__(128)
 
 int main() {
   cudaStream_t s;
-  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  cublasHandle_t bh;
-  CK(cublasCreate(&bh));
-  CK(cublasSetStream(bh, s));
-  void *ws;
-  CK(cudaMalloc(&ws, 32u << 20));
-  CK(cublasSetWorkspace(bh, ws, 32u << 20));
+  cublasHandle_t bh = probe::cublas_on(&s);
   constexpr size_t kBusySmem = 80 * 1024;
   CK(cudaFuncSetAttribute(busy_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kBusySmem)));
   const long long cycles = 16000; // ~8 us at 1.98 GHz
@@ -361,21 +355,8 @@ int main() {
         std::fprintf(stderr, "no kernel for M=%d KR=%d ST=%d KS=%d\n", m, cf.kr, cf.st, cf.ks);
         std::exit(2);
       };
-      // Exactness: both from the same residual.
-      CK(cudaMemcpy(o1, res, size_t(m) * sh.n * 2, cudaMemcpyDeviceToDevice));
-      CK(cudaMemcpy(o2, res, size_t(m) * sh.n * 2, cudaMemcpyDeviceToDevice));
-      cublas(0, o1);
-      ours(0, o2);
-      CK(cudaStreamSynchronize(s));
-      std::vector<bf16> h1(size_t(m) * sh.n), h2(h1.size()), h0(h1.size());
-      CK(cudaMemcpy(h1.data(), o1, h1.size() * 2, cudaMemcpyDeviceToHost));
-      CK(cudaMemcpy(h2.data(), o2, h2.size() * 2, cudaMemcpyDeviceToHost));
-      CK(cudaMemcpy(h0.data(), res, h0.size() * 2, cudaMemcpyDeviceToHost));
-      double num = 0, den = 0;
-      for (size_t i = 0; i < h1.size(); i++) {
-        double a = __bfloat162float(h2[i]), b = __bfloat162float(h1[i]), r0 = __bfloat162float(h0[i]);
-        num += (a - b) * (a - b), den += (b - r0) * (b - r0);
-      }
+      const double err = probe::product_err(  // both from the same residual
+          s, [&](bf16 *o) { cublas(0, o); }, [&](bf16 *o) { ours(0, o); }, o1, o2, res, size_t(m) * sh.n);
       // The outputs accumulate across timed calls; only their time counts.
       carve = -1;
       set_carve(busy_kernel);
@@ -396,7 +377,7 @@ int main() {
                   "cuBLAS +%5.1f ours +%5.1f (all-shared carveout +%5.1f) | without the sums %5.1f | no PDL %5.1f | "
                   "err vs cuBLAS %.1e of the product\n",
                   sh.name, cf.st ? "ring" : "tile", m, cf.kr, cf.st, cf.ks, cf.st ? cf.g : int(grid.x),
-                  smem / 1024, tc, to, tbc - 8.5, tbo - 8.5, tbo_c - 8.5, tprod, tn, std::sqrt(num / den));
+                  smem / 1024, tc, to, tbc - 8.5, tbo - 8.5, tbo_c - 8.5, tprod, tn, err);
     }
     for (auto p : W) cudaFree(p);
     cudaFree(x), cudaFree(res), cudaFree(o1), cudaFree(o2);

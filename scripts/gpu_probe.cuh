@@ -1,13 +1,16 @@
-// gpu_probe.cuh: what the standalone CUDA probes (scripts/gemm_lt_probe.cu,
-// scripts/gemm_pdl_probe.cu) share: an error check, random bf16 buffers,
-// and the time of a call in a CUDA graph that cycles over copies of its
-// weights (so the H200's 50 MB L2 cannot serve repeated reads).
+// gpu_probe.cuh: what the standalone CUDA probes (scripts/gemm_*_probe.cu)
+// share: an error check, random bf16 buffers, a cuBLAS handle, the error
+// of one GEMM's output against another's, and the time of a call in a CUDA
+// graph that cycles over copies of its weights (so the H200's 50 MB L2
+// cannot serve repeated reads).
 #pragma once
 
+#include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -74,6 +77,43 @@ inline double timed(cudaStream_t s, const std::function<void(int)> &f) {
   cudaEventDestroy(a);
   cudaEventDestroy(b);
   return ts[ts.size() / 2] * 1e3 / (kReps * kCopies);
+}
+
+// cublas_on is a cuBLAS handle on a new non-blocking stream *s, with a
+// 32 MB workspace (what PyTorch gives cuBLAS on Hopper).
+inline cublasHandle_t cublas_on(cudaStream_t *s) {
+  CK(cudaStreamCreateWithFlags(s, cudaStreamNonBlocking));
+  cublasHandle_t h;
+  CK(cublasCreate(&h));
+  CK(cublasSetStream(h, *s));
+  void *ws;
+  CK(cudaMalloc(&ws, 32u << 20));
+  CK(cublasSetWorkspace(h, ws, 32u << 20));
+  return h;
+}
+
+// product_err runs want and got into o1 and o2, each starting from base (n
+// values), and is the RMS of got's output less want's over that of want's
+// less base: how far one GEMM's out = base + product is from another's,
+// relative to the product.
+inline double product_err(cudaStream_t s, const std::function<void(__nv_bfloat16 *)> &want,
+                          const std::function<void(__nv_bfloat16 *)> &got, __nv_bfloat16 *o1, __nv_bfloat16 *o2,
+                          const __nv_bfloat16 *base, size_t n) {
+  CK(cudaMemcpy(o1, base, n * 2, cudaMemcpyDeviceToDevice));
+  CK(cudaMemcpy(o2, base, n * 2, cudaMemcpyDeviceToDevice));
+  want(o1);
+  got(o2);
+  CK(cudaStreamSynchronize(s));
+  std::vector<__nv_bfloat16> g(n), w(n), b(n);
+  CK(cudaMemcpy(g.data(), o2, n * 2, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(w.data(), o1, n * 2, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(b.data(), base, n * 2, cudaMemcpyDeviceToHost));
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; i++) {
+    double a = __bfloat162float(g[i]), c = __bfloat162float(w[i]), r = __bfloat162float(b[i]);
+    num += (a - c) * (a - c), den += (c - r) * (c - r);
+  }
+  return std::sqrt(num / den);
 }
 
 } // namespace probe

@@ -1124,115 +1124,62 @@ template <int NJ> __device__ inline void wg_wait(float (&d)[NJ][4]) {
 #pragma unroll
     for (int e = 0; e < 4; e++) asm volatile("" : "+f"(d[j][e])::"memory");
 }
-// wgmma_ss is d (64 x NW, float32; warp w's rows 16 w .. 16 w + 15 in
+// wgmma32 is d (64 x 32, float32; warp w's rows 16 w .. 16 w + 15 in
 // mma.sync's accumulator layout, d[j] the 8 columns 8 j ..) += a (64 x 16)
-// b (NW x 16)^T, bf16, both K-major in shared memory (descriptors); one
-// register operand per accumulator value.
-template <int NW> __device__ inline void wgmma_ss(float (&d)[NW / 8][4], uint64_t a, uint64_t b);
-template <> __device__ inline void wgmma_ss<64>(float (&d)[8][4], uint64_t a, uint64_t b) {
+// b (32 x 16)^T, bf16, both K-major in shared memory (descriptors).
+__device__ inline void wgmma32(float (&d)[4][4], uint64_t a, uint64_t b) {
 #ifdef DLLM_TMA_DEVICE
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, "
-               "%32, %33, p, 1, 1, 0, 0;\n}\n"
-               : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
-               : "l"(a), "l"(b), "r"(1));
-#endif
-}
-template <> __device__ inline void wgmma_ss<96>(float (&d)[12][4], uint64_t a, uint64_t b) {
-#ifdef DLLM_TMA_DEVICE
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %50, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47}, "
-               "%48, %49, p, 1, 1, 0, 0;\n}\n"
-               : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3])
-               : "l"(a), "l"(b), "r"(1));
-#endif
-}
-template <> __device__ inline void wgmma_ss<128>(float (&d)[16][4], uint64_t a, uint64_t b) {
-#ifdef DLLM_TMA_DEVICE
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, "
-               "%64, %65, p, 1, 1, 0, 0;\n}\n"
-               : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+               : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
                : "l"(a), "l"(b), "r"(1));
 #endif
 }
 
-constexpr int kTmaRows = 32; // x's box: M <= 32
-
-// tgemm_kernel: out = [res +] x W^T (res may be out, or null). Grid (N / NW,
-// KS) in clusters of the KS CTAs of a weight slice; 160 threads: warps 0-3
-// multiply, warp 4 issues the copies. CTA rank r takes the CH = K / 64 / KS
-// chunks of K from r CH, through ST stages, each the weights' (NW, 64) box
-// and x's (32, 64) box.
-template <int NW, int KS, int ST>
-__global__ void __launch_bounds__(160)
-    tgemm_kernel(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap xmap,
-                 const __nv_bfloat16 *res, __nv_bfloat16 *out, int M, int N, int K) {
-#ifdef DLLM_TMA_DEVICE
-  constexpr int kW = NW * 128, kStage = kW + kTmaRows * 128; // bytes
-  extern __shared__ __align__(16) unsigned char smem_[];
-  unsigned char *smem =
-      reinterpret_cast<unsigned char *>((reinterpret_cast<uintptr_t>(smem_) + 1023) & ~uintptr_t(1023));
-  float *red = reinterpret_cast<float *>(smem + ST * kStage); // (M, NW) partial products
-  uint64_t *bars = reinterpret_cast<uint64_t *>(red + kTmaRows * NW);
-  const unsigned full0 = smem_u32(bars), empty0 = smem_u32(bars + ST);
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int nt = blockIdx.x, rank = KS > 1 ? int(cluster_rank()) : 0;
-  const int CH = K / 64 / KS, k0 = rank * CH * 64;
-
-  // 1. Barriers: full[s] completes when stage s has landed, empty[s] when
-  // the four multiplying warps are done with it.
-  if (tid == 0) {
-    for (int s = 0; s < ST; s++) mbar_init(full0 + 8 * s, 1), mbar_init(empty0 + 8 * s, 4);
+// ring_init sets up a copy ring's barriers (thread 0, then the block
+// waits): full[s] completes when stage s has landed, empty[s] when the
+// four multiplying warps are done with it.
+__device__ inline void ring_init(unsigned full0, unsigned empty0, int stages) {
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < stages; s++) mbar_init(full0 + 8 * s, 1), mbar_init(empty0 + 8 * s, 4);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
+}
 
-  float d[NW / 8][4] = {};
-  if (warp == 4) {
-    // 2. The copier: the first stages' weights before the PDL wait (nothing
-    // before writes them), x's after; then each stage as it frees.
-    if (lane == 0)
-      for (int c = 0; c < CH && c < ST; c++) {
-        mbar_expect(full0 + 8 * c, kStage);
-        tma_load2d(smem_u32(smem + c * kStage), wmap, k0 + 64 * c, nt * NW, full0 + 8 * c);
-      }
-    dep_wait();
-    dep_launch();
-    if (lane == 0) {
-      for (int c = 0; c < CH && c < ST; c++)
-        tma_load2d(smem_u32(smem + c * kStage + kW), xmap, k0 + 64 * c, 0, full0 + 8 * c);
-      for (int c = ST; c < CH; c++) {
-        const int s = c % ST;
-        mbar_wait(empty0 + 8 * s, (c / ST - 1) & 1);
-        mbar_expect(full0 + 8 * s, kStage);
-        tma_load2d(smem_u32(smem + s * kStage), wmap, k0 + 64 * c, nt * NW, full0 + 8 * s);
-        tma_load2d(smem_u32(smem + s * kStage + kW), xmap, k0 + 64 * c, 0, full0 + 8 * s);
-      }
-    }
-    __syncwarp(); // the cluster barrier below wants whole warps
-  } else {
-    // 3. The multipliers: one chunk's products in flight while the next
-    // chunk's are issued; a stage is released once those reading it are done.
-    dep_wait();
-    dep_launch();
-    for (int c = 0; c < CH; c++) {
-      const int s = c % ST;
-      mbar_wait(full0 + 8 * s, (c / ST) & 1);
-      const unsigned wb = smem_u32(smem + s * kStage), xb = wb + kW;
-      wg_fence();
+// mma_chunk waits for chunk c's stage (at wb, x's tile at xb) and issues
+// its four k steps, d += x w^T, as one wgmma group (32 weight rows a
+// wgmma: one asm form for every tile height).
+template <int NW>
+__device__ inline void mma_chunk(float (&d)[NW / 8][4], int c, int stages, unsigned full0, unsigned wb, unsigned xb) {
+  static_assert(NW % 32 == 0, "weight tiles of 32-row wgmma steps");
+  mbar_wait(full0 + 8 * (c % stages), (c / stages) & 1);
+  wg_fence();
 #pragma unroll
-      for (int ks = 0; ks < 4; ks++) wgmma_ss<NW>(d, sw128_desc(xb + 32 * ks), sw128_desc(wb + 32 * ks));
-      wg_commit();
-      wg_wait1();
-      __syncwarp();
-      if (lane == 0 && c > 0) mbar_arrive(empty0 + 8 * ((c - 1) % ST));
-    }
-    wg_wait(d);
-  }
+  for (int ks = 0; ks < 4; ks++)
+#pragma unroll
+    for (int i = 0; i < NW / 32; i++) // the tile's rows 32 i ..: 4 KB on in the swizzled layout
+      wgmma32(reinterpret_cast<float(&)[4][4]>(d[4 * i]), sw128_desc(xb + 32 * ks), sw128_desc(wb + 4096 * i + 32 * ks));
+  wg_commit();
+}
 
-  // 4. The sum over the cluster; rows past M are dropped.
-  const int g = lane / 4, t = lane % 4;
+// release_prev waits for chunk c - 1's products and frees its stage: one
+// group stays in flight while the next is issued.
+__device__ inline void release_prev(int c, int stages, unsigned empty0) {
+  wg_wait1();
+  __syncwarp();
+  if (threadIdx.x % 32 == 0 && c > 0) mbar_arrive(empty0 + 8 * ((c - 1) % stages));
+}
+
+// cluster_sum_out ends a split-K GEMM: the four multiplying warps put their
+// partial products d (rows < M) in red (M, NW), then each of the cluster's
+// KS CTAs sums 1/KS of the slice's outputs over the ranks in order
+// (deterministic) and writes out = [res +] sum for weight slice nt. All
+// 160 threads call it.
+template <int NW, int KS>
+__device__ inline void cluster_sum_out(const float (&d)[NW / 8][4], float *red, const __nv_bfloat16 *res,
+                                       __nv_bfloat16 *out, int M, int N, int nt, int rank) {
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   if (warp < 4) {
 #pragma unroll
     for (int j = 0; j < NW / 8; j++)
@@ -1263,6 +1210,70 @@ __global__ void __launch_bounds__(160)
     *reinterpret_cast<__nv_bfloat162 *>(out + o + 2) = __floats2bfloat162_rn(v.z, v.w);
   }
   if (KS > 1) cluster_sync(); // peers may still read this CTA's partials
+}
+
+constexpr int kTmaRows = 32; // x's box: M <= 32
+
+// tgemm_kernel: out = [res +] x W^T (res may be out, or null). Grid (N / NW,
+// KS) in clusters of the KS CTAs of a weight slice; 160 threads: warps 0-3
+// multiply, warp 4 issues the copies. CTA rank r takes the CH = K / 64 / KS
+// chunks of K from r CH, through ST stages, each the weights' (NW, 64) box
+// and x's (32, 64) box.
+template <int NW, int KS, int ST>
+__global__ void __launch_bounds__(160)
+    tgemm_kernel(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap xmap,
+                 const __nv_bfloat16 *res, __nv_bfloat16 *out, int M, int N, int K) {
+#ifdef DLLM_TMA_DEVICE
+  constexpr int kW = NW * 128, kStage = kW + kTmaRows * 128; // bytes
+  extern __shared__ __align__(16) unsigned char smem_[];
+  unsigned char *smem =
+      reinterpret_cast<unsigned char *>((reinterpret_cast<uintptr_t>(smem_) + 1023) & ~uintptr_t(1023));
+  float *red = reinterpret_cast<float *>(smem + ST * kStage); // (M, NW) partial products
+  uint64_t *bars = reinterpret_cast<uint64_t *>(red + kTmaRows * NW);
+  const unsigned full0 = smem_u32(bars), empty0 = smem_u32(bars + ST);
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int nt = blockIdx.x, rank = KS > 1 ? int(cluster_rank()) : 0;
+  const int CH = K / 64 / KS, k0 = rank * CH * 64;
+
+  ring_init(full0, empty0, ST);
+
+  float d[NW / 8][4] = {};
+  if (warp == 4) {
+    // 2. The copier: the first stages' weights before the PDL wait (nothing
+    // before writes them), x's after; then each stage as it frees.
+    if (lane == 0)
+      for (int c = 0; c < CH && c < ST; c++) {
+        mbar_expect(full0 + 8 * c, kStage);
+        tma_load2d(smem_u32(smem + c * kStage), wmap, k0 + 64 * c, nt * NW, full0 + 8 * c);
+      }
+    dep_wait();
+    dep_launch();
+    if (lane == 0) {
+      for (int c = 0; c < CH && c < ST; c++)
+        tma_load2d(smem_u32(smem + c * kStage + kW), xmap, k0 + 64 * c, 0, full0 + 8 * c);
+      for (int c = ST; c < CH; c++) {
+        const int s = c % ST;
+        mbar_wait(empty0 + 8 * s, (c / ST - 1) & 1);
+        mbar_expect(full0 + 8 * s, kStage);
+        tma_load2d(smem_u32(smem + s * kStage), wmap, k0 + 64 * c, nt * NW, full0 + 8 * s);
+        tma_load2d(smem_u32(smem + s * kStage + kW), xmap, k0 + 64 * c, 0, full0 + 8 * s);
+      }
+    }
+    __syncwarp(); // the cluster barrier below wants whole warps
+  } else {
+    // 3. The multipliers: one chunk's products in flight while the next
+    // chunk's are issued.
+    dep_wait();
+    dep_launch();
+    for (int c = 0; c < CH; c++) {
+      const unsigned wb = smem_u32(smem + (c % ST) * kStage);
+      mma_chunk<NW>(d, c, ST, full0, wb, wb + kW);
+      release_prev(c, ST, empty0);
+    }
+    wg_wait(d);
+  }
+  // 4. The sum over the cluster; rows past M are dropped.
+  cluster_sum_out<NW, KS>(d, red, res, out, M, N, nt, rank);
 #else
   __trap();
 #endif
@@ -1292,11 +1303,7 @@ __global__ void __launch_bounds__(160)
   uint64_t *bars = reinterpret_cast<uint64_t *>(rinv + kTmaRows);
   const unsigned full0 = smem_u32(bars), empty0 = smem_u32(bars + ST);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, j0 = blockIdx.x * NH, CH = K / 64;
-  if (tid == 0) {
-    for (int s = 0; s < ST; s++) mbar_init(full0 + 8 * s, 1), mbar_init(empty0 + 8 * s, 4);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
-  __syncthreads();
+  ring_init(full0, empty0, ST);
   float d[NW / 8][4] = {};
   if (warp == 4) {
     auto wload = [&](int c, int s) {
@@ -1327,12 +1334,8 @@ __global__ void __launch_bounds__(160)
   float ss = 0;
   for (int c = 0; c < CH; c++) {
     const int s = c % ST;
-    mbar_wait(full0 + 8 * s, (c / ST) & 1);
-    const unsigned wb = smem_u32(smem + s * kStage), xb = wb + kW;
-    wg_fence();
-#pragma unroll
-    for (int ks = 0; ks < 4; ks++) wgmma_ss<NW>(d, sw128_desc(xb + 32 * ks), sw128_desc(wb + 32 * ks));
-    wg_commit();
+    const unsigned wb = smem_u32(smem + s * kStage);
+    mma_chunk<NW>(d, c, ST, full0, wb, wb + kW);
     if (row < M) { // x's squares (the swizzle only moves a row's 16-byte chunks)
       const uint4 *xr = reinterpret_cast<const uint4 *>(smem + s * kStage + kW + row * 128 + q * 32);
 #pragma unroll
@@ -1343,9 +1346,7 @@ __global__ void __launch_bounds__(160)
         for (int i = 0; i < 8; i++) ss += f32(e[i]) * f32(e[i]);
       }
     }
-    wg_wait1();
-    __syncwarp();
-    if (lane == 0 && c > 0) mbar_arrive(empty0 + 8 * ((c - 1) % ST));
+    release_prev(c, ST, empty0);
   }
   wg_wait(d);
   ss += __shfl_xor_sync(0xffffffff, ss, 1);
