@@ -1124,14 +1124,37 @@ template <int NJ> __device__ inline void wg_wait(float (&d)[NJ][4]) {
 #pragma unroll
     for (int e = 0; e < 4; e++) asm volatile("" : "+f"(d[j][e])::"memory");
 }
-// wgmma32 is d (64 x 32, float32; warp w's rows 16 w .. 16 w + 15 in
+// wgmma_ss is d (64 x NW, float32; warp w's rows 16 w .. 16 w + 15 in
 // mma.sync's accumulator layout, d[j] the 8 columns 8 j ..) += a (64 x 16)
-// b (32 x 16)^T, bf16, both K-major in shared memory (descriptors).
-__device__ inline void wgmma32(float (&d)[4][4], uint64_t a, uint64_t b) {
+// b (NW x 16)^T, bf16, both K-major in shared memory (descriptors); one
+// register operand per accumulator value, so one asm form per tile height:
+// 32-row wgmmas for every height (one form) re-read x's tile per call and
+// cost 6% end to end (docs/performance.md).
+template <int NW> __device__ inline void wgmma_ss(float (&d)[NW / 8][4], uint64_t a, uint64_t b);
+template <> __device__ inline void wgmma_ss<64>(float (&d)[8][4], uint64_t a, uint64_t b) {
 #ifdef DLLM_TMA_DEVICE
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
-               : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, "
+               "%32, %33, p, 1, 1, 0, 0;\n}\n"
+               : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+               : "l"(a), "l"(b), "r"(1));
+#endif
+}
+template <> __device__ inline void wgmma_ss<96>(float (&d)[12][4], uint64_t a, uint64_t b) {
+#ifdef DLLM_TMA_DEVICE
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %50, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47}, "
+               "%48, %49, p, 1, 1, 0, 0;\n}\n"
+               : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3])
+               : "l"(a), "l"(b), "r"(1));
+#endif
+}
+template <> __device__ inline void wgmma_ss<128>(float (&d)[16][4], uint64_t a, uint64_t b) {
+#ifdef DLLM_TMA_DEVICE
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, "
+               "%64, %65, p, 1, 1, 0, 0;\n}\n"
+               : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
                : "l"(a), "l"(b), "r"(1));
 #endif
 }
@@ -1148,18 +1171,13 @@ __device__ inline void ring_init(unsigned full0, unsigned empty0, int stages) {
 }
 
 // mma_chunk waits for chunk c's stage (at wb, x's tile at xb) and issues
-// its four k steps, d += x w^T, as one wgmma group (32 weight rows a
-// wgmma: one asm form for every tile height).
+// its four k steps, d += x w^T, as one wgmma group.
 template <int NW>
 __device__ inline void mma_chunk(float (&d)[NW / 8][4], int c, int stages, unsigned full0, unsigned wb, unsigned xb) {
-  static_assert(NW % 32 == 0, "weight tiles of 32-row wgmma steps");
   mbar_wait(full0 + 8 * (c % stages), (c / stages) & 1);
   wg_fence();
 #pragma unroll
-  for (int ks = 0; ks < 4; ks++)
-#pragma unroll
-    for (int i = 0; i < NW / 32; i++) // the tile's rows 32 i ..: 4 KB on in the swizzled layout
-      wgmma32(reinterpret_cast<float(&)[4][4]>(d[4 * i]), sw128_desc(xb + 32 * ks), sw128_desc(wb + 4096 * i + 32 * ks));
+  for (int ks = 0; ks < 4; ks++) wgmma_ss<NW>(d, sw128_desc(xb + 32 * ks), sw128_desc(wb + 32 * ks));
   wg_commit();
 }
 
