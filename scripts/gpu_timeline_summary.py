@@ -27,9 +27,11 @@ def short(name):
     if not m:
         return name[:48]
     base = m.group(1)
+    tmpl = m.group(2) or ""
+    if base.startswith("tgemm"):  # kernels.cu's GEMMs: the shape is in the template
+        return base + tmpl[:24]
     if base.startswith("nvjet") or "gemm" in base.lower() or "sm90" in base:
         return "cublas:" + base[:40]
-    tmpl = m.group(2) or ""
     if base in ("gemv_kernel",):  # its variant (prologue, K) matters
         return base + re.sub(r"__nv_bfloat16|__half", "T", tmpl)[:24]
     return base[:48]
