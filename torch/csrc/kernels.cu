@@ -1010,8 +1010,9 @@ cudaError_t graph_neighbours(cudaGraphNode_t node, bool in, std::vector<cudaGrap
 // before still runs, then waits. The weights (and x) come into a ring of
 // shared memory stages by TMA tensor copies of their own layouts (128-byte
 // swizzle, no repacking), a copier warp ahead of one warpgroup that
-// multiplies with wgmma (x as the 64-row A operand: rows past M read
-// whatever follows the x tile and are dropped). K is split over a thread
+// multiplies with wgmma (x as the 64-row A operand: x's box is 32 rows,
+// zeros past M; the operand's rows 32-63 read whatever follows the box, and
+// every row past M is dropped). K is split over a thread
 // block cluster whose partial products meet in shared memory; each CTA
 // sums 1/KS of them in rank order (deterministic). Measured against cuBLAS
 // with scripts/gemm_bulk_probe.cu (docs/performance.md, fourteenth
