@@ -3,7 +3,10 @@
 for the last TAIL fraction of the run's kernels, in order of start, each
 kernel's duration and what it added to the GPU's busy span (its end minus
 the latest end before it, floored at 0), summed per kernel name, with the
-idle gaps between kernels as one more row.
+idle gaps between kernels as one more row, split into gaps of 20 us or
+more (between forwards: the host's part of a step, the graph launch, which
+the tracing itself lengthens by ~0.4 ms) and shorter ones, those charged to
+the kernel that ends them (its "idle us" a call).
 
     python3 scripts/gpu_timeline_summary.py trace.txt [TAIL]
 """
@@ -37,21 +40,27 @@ def short(name):
     return base[:48]
 
 
-added, dur, count = defaultdict(float), defaultdict(float), defaultdict(int)
-idle = 0.0
+added, dur, count, before = defaultdict(float), defaultdict(float), defaultdict(int), defaultdict(float)
+idle = long_idle = 0.0
 last_end = rows[0][0] if rows else 0
 for start, end, name in rows:
     n = short(name)
     if start > last_end:
         idle += start - last_end
+        if start - last_end >= 20_000:
+            long_idle += start - last_end
+        else:
+            before[n] += start - last_end
     added[n] += max(0, end - max(start, last_end))
     dur[n] += end - start
     count[n] += 1
     last_end = max(last_end, end)
 span = rows[-1][1] - rows[0][0] if rows else 0
-print(f"{len(rows)} kernels over {span / 1e6:.2f} ms (idle between kernels {idle / 1e6:.2f} ms)")
-print(f"{'kernel':50} {'calls':>6} {'mean us':>8} {'added us':>9} {'added %':>8}")
+print(f"{len(rows)} kernels over {span / 1e6:.2f} ms (idle between kernels {idle / 1e6:.2f} ms, "
+      f"{long_idle / 1e6:.2f} of it in gaps of 20 us or more)")
+print(f"{'kernel':50} {'calls':>6} {'mean us':>8} {'added us':>9} {'idle us':>8} {'added %':>8}")
 for n in sorted(added, key=lambda n: -added[n]):
     print(f"{n:50} {count[n]:6d} {dur[n] / count[n] / 1e3:8.2f} {added[n] / count[n] / 1e3:9.2f} "
-          f"{100 * added[n] / span:8.1f}")
-print(f"{'(idle)':50} {'':6} {'':8} {'':9} {100 * idle / span:8.1f}")
+          f"{before[n] / count[n] / 1e3:8.2f} {100 * added[n] / span:8.1f}")
+print(f"{'(idle, gaps under 20 us)':50} {'':6} {'':8} {'':9} {'':8} {100 * (idle - long_idle) / span:8.1f}")
+print(f"{'(idle, gaps of 20 us or more)':50} {'':6} {'':8} {'':9} {'':8} {100 * long_idle / span:8.1f}")

@@ -15,6 +15,7 @@
 #endif
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -383,7 +384,7 @@ int gemv(const void *x, const void *aux, float eps, const void *w, const void *r
 }
 
 template <typename T, int V> int rms_norm_vec(const void *x, const void *w, void *out, int64_t rows, int chunks,
-                                              float eps, cudaStream_t s) {
+                                              float eps, cudaStream_t s, int packed = 0) {
   int threads = (chunks + V - 1) / V;
   threads = (threads + 31) / 32 * 32;
   return launch(rms_norm_vec_kernel<T, V>, dim3(static_cast<unsigned>(rows)), threads, 0, s,
@@ -1237,11 +1238,12 @@ constexpr int kTmaRows = 32; // x's box: M <= 32
 // KS) in clusters of the KS CTAs of a weight slice; 160 threads: warps 0-3
 // multiply, warp 4 issues the copies. CTA rank r takes the CH = K / 64 / KS
 // chunks of K from r CH, through ST stages, each the weights' (NW, 64) box
-// and x's (32, 64) box.
+// and x's (32, 64) box. packed: wmap maps the weights packed by
+// pack_tiles (each box one contiguous run of bytes).
 template <int NW, int KS, int ST>
 __global__ void __launch_bounds__(160)
     tgemm_kernel(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap xmap,
-                 const __nv_bfloat16 *res, __nv_bfloat16 *out, int M, int N, int K) {
+                 const __nv_bfloat16 *res, __nv_bfloat16 *out, int M, int N, int K, int packed) {
 #ifdef DLLM_TMA_DEVICE
   constexpr int kW = NW * 128, kStage = kW + kTmaRows * 128; // bytes
   extern __shared__ __align__(16) unsigned char smem_[];
@@ -1260,11 +1262,14 @@ __global__ void __launch_bounds__(160)
   if (warp == 4) {
     // 2. The copier: the first stages' weights before the PDL wait (nothing
     // before writes them), x's after; then each stage as it frees.
+    auto wload = [&](int c, int s) {
+      if (packed)
+        tma_load2d(smem_u32(smem + s * kStage), wmap, 0, (nt * (K / 64) + k0 / 64 + c) * NW, full0 + 8 * s);
+      else
+        tma_load2d(smem_u32(smem + s * kStage), wmap, k0 + 64 * c, nt * NW, full0 + 8 * s);
+    };
     if (lane == 0)
-      for (int c = 0; c < CH && c < ST; c++) {
-        mbar_expect(full0 + 8 * c, kStage);
-        tma_load2d(smem_u32(smem + c * kStage), wmap, k0 + 64 * c, nt * NW, full0 + 8 * c);
-      }
+      for (int c = 0; c < CH && c < ST; c++) mbar_expect(full0 + 8 * c, kStage), wload(c, c);
     dep_wait();
     dep_launch();
     if (lane == 0) {
@@ -1274,7 +1279,7 @@ __global__ void __launch_bounds__(160)
         const int s = c % ST;
         mbar_wait(empty0 + 8 * s, (c / ST - 1) & 1);
         mbar_expect(full0 + 8 * s, kStage);
-        tma_load2d(smem_u32(smem + s * kStage), wmap, k0 + 64 * c, nt * NW, full0 + 8 * s);
+        wload(c, s);
         tma_load2d(smem_u32(smem + s * kStage + kW), xmap, k0 + 64 * c, 0, full0 + 8 * s);
       }
     }
@@ -1307,11 +1312,12 @@ template <int NW, int ST> constexpr size_t tgemm_smem() {
 // silu(g) u with g and u scaled by x's inverse RMS, rounded as there. CTA j
 // takes gate rows [48 j, 48 j + 48) and the same up rows (two boxes a
 // chunk, one 96-row tile) over all of K, so it owns its outputs; it sums
-// x's squares from the tiles it multiplies.
+// x's squares from the tiles it multiplies. packed: wmap maps the weights
+// packed by pack_tiles, a chunk's 48 gate and 48 up rows one 96-row box.
 template <int ST>
 __global__ void __launch_bounds__(160)
     tgemm_gu_kernel(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap xmap,
-                    __nv_bfloat16 *out, int M, int F, int K, float eps) {
+                    __nv_bfloat16 *out, int M, int F, int K, float eps, int packed) {
 #ifdef DLLM_TMA_DEVICE
   using T = __nv_bfloat16;
   constexpr int NH = 48, NW = 2 * NH, kH = NH * 128, kW = NW * 128, kStage = kW + kTmaRows * 128;
@@ -1326,6 +1332,10 @@ __global__ void __launch_bounds__(160)
   float d[NW / 8][4] = {};
   if (warp == 4) {
     auto wload = [&](int c, int s) {
+      if (packed) {
+        tma_load2d(smem_u32(smem + s * kStage), wmap, 0, (blockIdx.x * CH + c) * NW, full0 + 8 * s);
+        return;
+      }
       tma_load2d(smem_u32(smem + s * kStage), wmap, 64 * c, j0, full0 + 8 * s);
       tma_load2d(smem_u32(smem + s * kStage + kH), wmap, 64 * c, F + j0, full0 + 8 * s);
     };
@@ -1437,20 +1447,71 @@ bool tma_on() {
   return on;
 }
 
+// pack_tiles_kernel writes W (N, K) as tiles of NW rows by 64 columns, tile
+// (nt, c) the rows nt NW .. and columns 64 c .. at row (nt K / 64 + c) NW
+// of P (N K / 64, 64): a TMA box of a tile is then one run of bytes. With
+// F > 0, W is the fused (gate; up) weight and tile nt's rows are gate rows
+// nt NW / 2 .. then the same up rows (tgemm_gu_kernel's tile).
+__global__ void pack_tiles_kernel(const __nv_bfloat16 *W, __nv_bfloat16 *P, int64_t N, int64_t K, int NW, int64_t F) {
+  const int64_t n = N * K / 8; // 16-byte units
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t row = i / 8, tile = row / NW, r = row % NW, nt = tile / (K / 64), c = tile % (K / 64);
+    const int64_t src = F > 0 ? (r < NW / 2 ? nt * NW / 2 + r : F + nt * NW / 2 + r - NW / 2) : nt * NW + r;
+    reinterpret_cast<uint4 *>(P)[i] = reinterpret_cast<const uint4 *>(W + src * K + c * 64)[i % 8];
+  }
+}
+
 // tgemm launches tgemm_kernel<NW, KS, ST> for the maps.
 template <int NW, int KS, int ST>
 int tgemm(const CUtensorMap &wm, const CUtensorMap &xm, const void *res, void *out, int64_t M, int64_t N, int64_t K,
-          cudaStream_t s) {
+          cudaStream_t s, int packed = 0) {
   constexpr size_t smem = tgemm_smem<NW, ST>();
   static const cudaError_t set =
       cudaFuncSetAttribute(tgemm_kernel<NW, KS, ST>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   if (set != cudaSuccess) return set;
   return launch_in(tgemm_kernel<NW, KS, ST>, dim3(static_cast<unsigned>(N / NW), KS), 160, smem, s, unsigned(KS), wm,
                    xm, static_cast<const __nv_bfloat16 *>(res), static_cast<__nv_bfloat16 *>(out), static_cast<int>(M),
-                   static_cast<int>(N), static_cast<int>(K));
+                   static_cast<int>(N), static_cast<int>(K), packed);
+}
+
+// tgemm_gu launches tgemm_gu_kernel<ST>.
+template <int ST>
+int tgemm_gu(const CUtensorMap &wm, const CUtensorMap &xm, __nv_bfloat16 *out, int64_t M, int64_t F, int64_t K,
+             float eps, cudaStream_t s, int packed = 0) {
+  constexpr size_t smem = tgemm_gu_smem<ST>();
+  static const cudaError_t set =
+      cudaFuncSetAttribute(tgemm_gu_kernel<ST>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  if (set != cudaSuccess) return set;
+  return launch(tgemm_gu_kernel<ST>, dim3(static_cast<unsigned>(F / 48)), 160, smem, s, wm, xm, out,
+                static_cast<int>(M), static_cast<int>(F), static_cast<int>(K), eps, packed);
 }
 
 bool aligned16(const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+// TmaStages is how many copy stages each TMA GEMM's ring holds: more
+// stages fetch more of a GEMM's weights before its PDL wait, while the
+// kernel before runs, but two kernels' CTAs share an SM only while their
+// shared memory fits together. DLLM_TMA_ST=lin,gu,down (the 64-row-slice
+// projections QKV and output, gate-up, down) overrides the defaults, to
+// measure; a value outside the compiled ones keeps its default.
+struct TmaStages {
+  int lin = 8, gu = 6, down = 4;
+};
+const TmaStages &tma_stages() {
+  static const TmaStages st = [] {
+    TmaStages t;
+    const char *e = std::getenv("DLLM_TMA_ST");
+    int a = 0, b = 0, c = 0;
+    if (e && std::sscanf(e, "%d,%d,%d", &a, &b, &c) == 3) {
+      if (a == 4 || a == 6 || a == 8) t.lin = a;
+      if (b == 4 || b == 6 || b == 8) t.gu = b;
+      if (c == 3 || c == 4 || c == 5) t.down = c;
+      std::fprintf(stderr, "dllm: TMA GEMM stages lin %d, gate-up %d, down %d\n", t.lin, t.gu, t.down);
+    }
+    return t;
+  }();
+  return st;
+}
 #pragma nv_diag_default 177
 #endif // DLLM_SM90A
 
@@ -1655,11 +1716,19 @@ int dtk_tma_linear(int dtype, const void *x, const void *w, const void *resid, v
   // eight; the others 64-row slices and K in four (the probe's best).
   if (K >= 4096 && N % 128 == 0 && (K / 64) % 8 == 0) {
     if (!tmap2d(&wm, w, N, K, 128) || !tmap2d(&xm, x, M, K, kTmaRows)) return cudaErrorInvalidValue;
-    return tgemm<128, 8, 4>(wm, xm, resid, out, M, N, K, s);
+    switch (tma_stages().down) {
+    case 3: return tgemm<128, 8, 3>(wm, xm, resid, out, M, N, K, s);
+    case 5: return tgemm<128, 8, 5>(wm, xm, resid, out, M, N, K, s);
+    default: return tgemm<128, 8, 4>(wm, xm, resid, out, M, N, K, s);
+    }
   }
   if (N % 64 == 0 && (K / 64) % 4 == 0) {
     if (!tmap2d(&wm, w, N, K, 64) || !tmap2d(&xm, x, M, K, kTmaRows)) return cudaErrorInvalidValue;
-    return tgemm<64, 4, 4>(wm, xm, resid, out, M, N, K, s);
+    switch (tma_stages().lin) {
+    case 6: return tgemm<64, 4, 6>(wm, xm, resid, out, M, N, K, s);
+    case 8: return tgemm<64, 4, 8>(wm, xm, resid, out, M, N, K, s);
+    default: return tgemm<64, 4, 4>(wm, xm, resid, out, M, N, K, s);
+    }
   }
 #endif
   return DTK_TMA_NO;
@@ -1673,14 +1742,13 @@ int dtk_tma_gate_up_silu(int dtype, const void *x, const void *w, void *out, int
     return DTK_TMA_NO;
   CUtensorMap wm, xm;
   if (!tmap2d(&wm, w, 2 * F, K, 48) || !tmap2d(&xm, x, M, K, kTmaRows)) return cudaErrorInvalidValue;
-  constexpr int ST = 6;
-  constexpr size_t smem = tgemm_gu_smem<ST>();
-  static const cudaError_t set =
-      cudaFuncSetAttribute(tgemm_gu_kernel<ST>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-  if (set != cudaSuccess) return set;
-  return launch(tgemm_gu_kernel<ST>, dim3(static_cast<unsigned>(F / 48)), 160, smem, static_cast<cudaStream_t>(stream),
-                wm, xm, static_cast<__nv_bfloat16 *>(out), static_cast<int>(M), static_cast<int>(F),
-                static_cast<int>(K), eps);
+  auto s = static_cast<cudaStream_t>(stream);
+  auto o = static_cast<__nv_bfloat16 *>(out);
+  switch (tma_stages().gu) {
+  case 4: return tgemm_gu<4>(wm, xm, o, M, F, K, eps, s);
+  case 8: return tgemm_gu<8>(wm, xm, o, M, F, K, eps, s);
+  default: return tgemm_gu<6>(wm, xm, o, M, F, K, eps, s);
+  }
 #else
   return DTK_TMA_NO;
 #endif
