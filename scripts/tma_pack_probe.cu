@@ -34,6 +34,205 @@ __global__ void spin_kernel(long long cycles) {
   }
 }
 
+// stream_kernel only copies: each CTA streams rows [blockIdx.x R, + R)
+// of W (.., K) in (BR, 64) boxes through an ST-stage ring that one warp
+// empties at once: the TMA streaming rate without products.
+template <int BR, int ST> __global__ void __launch_bounds__(64) stream_kernel(const __grid_constant__ CUtensorMap wmap, int R, int K) {
+  extern __shared__ __align__(16) unsigned char smem_[];
+  unsigned char *smem = reinterpret_cast<unsigned char *>((reinterpret_cast<uintptr_t>(smem_) + 1023) & ~uintptr_t(1023));
+  uint64_t *bars = reinterpret_cast<uint64_t *>(smem + ST * BR * 128);
+  const unsigned full0 = smem_u32(bars), empty0 = smem_u32(bars + ST);
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < ST; s++) mbar_init(full0 + 8 * s, 1), mbar_init(empty0 + 8 * s, 1);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  const int CH = (R / BR) * (K / 64);
+  if (threadIdx.x == 0) {
+    for (int c = 0; c < CH; c++) {
+      const int s = c % ST;
+      if (c >= ST) mbar_wait(empty0 + 8 * s, (c / ST - 1) & 1);
+      mbar_expect(full0 + 8 * s, BR * 128);
+      tma_load2d(smem_u32(smem + s * BR * 128), wmap, 64 * (c % (K / 64)), blockIdx.x * R + BR * (c / (K / 64)), full0 + 8 * s);
+    }
+  } else if (threadIdx.x == 32) {
+    for (int c = 0; c < CH; c++) {
+      mbar_wait(full0 + 8 * (c % ST), (c / ST) & 1);
+      mbar_arrive(empty0 + 8 * (c % ST));
+    }
+  }
+}
+
+// stream2_kernel is stream_kernel for gate-up's 128 CTAs of 96 rows with
+// 160 threads and the gate-up kernel's features one by one (FEAT bits): 1
+// the four multiplying warps all wait for each stage and each frees it
+// (else one thread of warp 0 does both), 2 a stage freed only once the
+// next has landed, 4 the first ST copies before a PDL wait, 8 the
+// weights in two 48-row boxes (gate rows, up rows), 16 x's (32, 64) box
+// with each stage.
+template <int ST, int FEAT>
+__global__ void __launch_bounds__(160) stream2_kernel(const __grid_constant__ CUtensorMap wmap,
+                                                      const __grid_constant__ CUtensorMap xmap, int F, int K) {
+  constexpr int kW = 96 * 128, kStage = kW + 32 * 128;
+  extern __shared__ __align__(16) unsigned char smem_[];
+  unsigned char *smem = reinterpret_cast<unsigned char *>((reinterpret_cast<uintptr_t>(smem_) + 1023) & ~uintptr_t(1023));
+  uint64_t *bars = reinterpret_cast<uint64_t *>(smem + ST * kStage);
+  const unsigned full0 = smem_u32(bars), empty0 = smem_u32(bars + ST);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, CH = K / 64, j0 = blockIdx.x * 48;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < ST; s++) mbar_init(full0 + 8 * s, 1), mbar_init(empty0 + 8 * s, (FEAT & 1) ? 4 : 1);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  constexpr unsigned bytes = kW + ((FEAT & 16) ? 32 * 128 : 0);
+  auto load = [&](int c, int s) {
+    mbar_expect(full0 + 8 * s, bytes);
+    if (FEAT & 8) {
+      tma_load2d(smem_u32(smem + s * kStage), wmap, 64 * c, j0, full0 + 8 * s);
+      tma_load2d(smem_u32(smem + s * kStage + kW / 2), wmap, 64 * c, F + j0, full0 + 8 * s);
+    } else {
+      tma_load2d(smem_u32(smem + s * kStage), wmap, 64 * c, 2 * j0, full0 + 8 * s);
+    }
+    if (FEAT & 16) tma_load2d(smem_u32(smem + s * kStage + kW), xmap, 64 * c, 0, full0 + 8 * s);
+  };
+  if (warp == 4) {
+    if (lane == 0) {
+      if (FEAT & 4) {
+        for (int c = 0; c < ST; c++) load(c, c);
+        dep_wait();
+        dep_launch();
+      } else {
+        for (int c = 0; c < ST; c++) load(c, c);
+      }
+      for (int c = ST; c < CH; c++) {
+        const int s = c % ST;
+        mbar_wait(empty0 + 8 * s, (c / ST - 1) & 1);
+        load(c, s);
+      }
+    }
+    return;
+  }
+  if (FEAT & 4) dep_wait(), dep_launch();
+  if (!(FEAT & 1) && threadIdx.x != 0) return;
+  for (int c = 0; c < CH; c++) {
+    mbar_wait(full0 + 8 * (c % ST), (c / ST) & 1);
+    __syncwarp(FEAT & 1 ? 0xffffffffu : 1u);
+    const int done = (FEAT & 2) ? c - 1 : c;
+    if (lane == 0 && done >= 0) mbar_arrive(empty0 + 8 * (done % ST));
+  }
+}
+
+// gu_var is tgemm_gu_kernel<ST> (unpacked) with parts changed, MODE bits:
+// 1 no products (the multipliers only wait for each stage and free it), 2
+// no sums of x's squares, 4 x copied only with the first ST stages (later
+// stages multiply stale x), 8 two wgmma groups in flight instead of one,
+// 16 no epilogue, 32 the epilogue's outputs stored to shared memory, 64
+// the epilogue storing zeros (none of its arithmetic), 128 its division
+// by __fdividef, 256 no SiLU (g u), 512 no roundings either.
+template <int ST, int MODE>
+__global__ void __launch_bounds__(160) gu_var(const __grid_constant__ CUtensorMap wmap,
+                                              const __grid_constant__ CUtensorMap xmap, __nv_bfloat16 *out, int M,
+                                              int F, int K, float eps) {
+  using T = __nv_bfloat16;
+  constexpr int NH = 48, NW = 2 * NH, kH = NH * 128, kW = NW * 128, kStage = kW + kTmaRows * 128;
+  extern __shared__ __align__(16) unsigned char smem_[];
+  unsigned char *smem = reinterpret_cast<unsigned char *>((reinterpret_cast<uintptr_t>(smem_) + 1023) & ~uintptr_t(1023));
+  float *rinv = reinterpret_cast<float *>(smem + (ST + 1) * kStage);
+  uint64_t *bars = reinterpret_cast<uint64_t *>(rinv + kTmaRows);
+  const unsigned full0 = smem_u32(bars), empty0 = smem_u32(bars + ST);
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, j0 = blockIdx.x * NH, CH = K / 64;
+  ring_init(full0, empty0, ST);
+  float d[NW / 8][4] = {};
+  if (warp == 4) {
+    auto wload = [&](int c, int s) {
+      tma_load2d(smem_u32(smem + s * kStage), wmap, 64 * c, j0, full0 + 8 * s);
+      tma_load2d(smem_u32(smem + s * kStage + kH), wmap, 64 * c, F + j0, full0 + 8 * s);
+    };
+    if (lane == 0)
+      for (int c = 0; c < CH && c < ST; c++) mbar_expect(full0 + 8 * c, kStage), wload(c, c);
+    dep_wait();
+    dep_launch();
+    if (lane == 0) {
+      for (int c = 0; c < CH && c < ST; c++) tma_load2d(smem_u32(smem + c * kStage + kW), xmap, 64 * c, 0, full0 + 8 * c);
+      for (int c = ST; c < CH; c++) {
+        const int s = c % ST;
+        mbar_wait(empty0 + 8 * s, (c / ST - 1) & 1);
+        mbar_expect(full0 + 8 * s, (MODE & 4) ? kW : kStage);
+        wload(c, s);
+        if (!(MODE & 4)) tma_load2d(smem_u32(smem + s * kStage + kW), xmap, 64 * c, 0, full0 + 8 * s);
+      }
+    }
+    __syncwarp();
+    return;
+  }
+  dep_wait();
+  dep_launch();
+  const int row = tid / 4, q = tid % 4;
+  float ss = 0;
+  for (int c = 0; c < CH; c++) {
+    const int s = c % ST;
+    const unsigned wb = smem_u32(smem + s * kStage);
+    if (MODE & 1)
+      mbar_wait(full0 + 8 * s, (c / ST) & 1);
+    else
+      mma_chunk<NW>(d, c, ST, full0, wb, wb + kW);
+    if (!(MODE & 2) && row < M) {
+      const uint4 *xr = reinterpret_cast<const uint4 *>(smem + s * kStage + kW + row * 128 + q * 32);
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        uint4 v = xr[h];
+        const T *e = reinterpret_cast<const T *>(&v);
+#pragma unroll
+        for (int i = 0; i < 8; i++) ss += f32(e[i]) * f32(e[i]);
+      }
+    }
+    if (MODE & 8) {
+      asm volatile("wgmma.wait_group.sync.aligned 2;\n" ::: "memory");
+      __syncwarp();
+      if (lane == 0 && c > 1) mbar_arrive(empty0 + 8 * ((c - 2) % ST));
+    } else {
+      release_prev(c, ST, empty0);
+    }
+  }
+  wg_wait(d);
+  if (MODE & 16) return;
+  ss += __shfl_xor_sync(0xffffffff, ss, 1);
+  ss += __shfl_xor_sync(0xffffffff, ss, 2);
+  if (q == 0) rinv[row] = rsqrtf(ss / static_cast<float>(K) + eps);
+  asm volatile("bar.sync 1, 128;" ::: "memory");
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    const int m = 16 * warp + g + 8 * h;
+    if (m >= M) continue;
+    const float r = rinv[m];
+#pragma unroll
+    for (int j = 0; j < NH / 8; j++) {
+      float y[2] = {0, 0};
+      if (!(MODE & 64))
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+          if (MODE & 512) {
+            y[e] = d[j][2 * h + e] * r * d[j + NH / 8][2 * h + e] * r;
+            continue;
+          }
+          float gv = round<T>(round<T>(d[j][2 * h + e]) * r), uv = round<T>(round<T>(d[j + NH / 8][2 * h + e]) * r);
+          if (MODE & 256)
+            y[e] = gv * uv;
+          else if (MODE & 128)
+            y[e] = round<T>(__fdividef(gv, 1.0f + __expf(-gv))) * uv;
+          else
+            y[e] = round<T>(gv / (1.0f + __expf(-gv))) * uv;
+        }
+      const __nv_bfloat162 v = __floats2bfloat162_rn(y[0], y[1]);
+      if (MODE & 32)
+        *reinterpret_cast<__nv_bfloat162 *>(smem + (m * NH + 8 * j + 2 * t) * 2) = v;
+      else
+        *reinterpret_cast<__nv_bfloat162 *>(out + size_t(m) * F + j0 + 8 * j + 2 * t) = v;
+    }
+  }
+}
+
 CUtensorMap map2d(const void *p, int64_t rows, int64_t cols, int box_rows) {
   CUtensorMap m;
   if (!tmap2d(&m, p, rows, cols, box_rows)) std::exit(4);
@@ -106,6 +305,80 @@ int main() {
     const double mb = double(kN[i]) * kK[i] * 2 / 1e6;
     std::printf("%-13s %5.1f MB: as is %5.1f us (%4.0f GB/s), packed %5.1f us (%4.0f GB/s)%s\n", names[i], mb, t0,
                 mb * 1e3 / t0, t1, mb * 1e3 / t1, eq ? "" : "  OUTPUTS DIFFER");
+  }
+  // Copies only: gate-up's 50 MB in boxes of BR rows, ST stages, G CTAs.
+  {
+    auto run = [&](auto kern, int br, int st, int g) {
+      const size_t sm = 1024 + size_t(st) * br * 128 + 16 * st;
+      set(kern, sm);
+      std::vector<CUtensorMap> mm;
+      for (int r = 0; r < kCopies; r++) mm.push_back(map2d(L[r].w[1], 2 * F, C, br));
+      const int R = 2 * F / g;
+      const double t = timed(s, [&](int r) { CK(launch(kern, dim3(g), 64, sm, s, mm[r], R, C)); });
+      std::printf("copies only: boxes of %3d rows, %2d stages (%3zu KB), %3d CTAs: %5.1f us (%4.0f GB/s)\n", br, st,
+                  sm / 1024, g, t, 50.3e3 / t);
+    };
+    // gate-up's kernel with parts left out (gu_var's MODE bits)
+    std::vector<CUtensorMap> m48;
+    for (int r = 0; r < kCopies; r++) m48.push_back(map2d(L[r].w[1], 2 * F, C, 48));
+    auto var = [&](auto kern, int st, int mode) {
+      const size_t sm = 1024 + size_t(st + 1) * (96 + 32) * 128 + 32 * 4 + 16 * st;
+      set(kern, sm);
+      const double t = timed(s, [&](int r) { CK(launch(kern, dim3(F / 48), 160, sm, s, m48[r], xy, h, M, F, C, eps)); });
+      std::printf("gate-up variant ST=%2d mode %2d (%s%s%s%s%s): %5.1f us (%4.0f GB/s)\n", st, mode,
+                  mode & 1 ? "no products " : "", mode & 2 ? "no squares " : "", mode & 4 ? "x once " : "",
+                  mode & 8 ? "two groups in flight " : "", mode & 16 ? "no epilogue" : mode & 32 ? "outputs to smem" : mode & 64 ? "zeros stored" : mode & 128 ? "fdividef" : mode & 256 ? "no silu" : mode & 512 ? "no silu, no rounding" : "", t, 50.3e3 / t);
+    };
+    auto st2 = [&](auto kern, int feat, size_t sm = 1024 + size_t(6) * (96 + 32) * 128 + 16 * 6) {
+      set(kern, sm);
+      std::vector<CUtensorMap> mm;
+      for (int r = 0; r < kCopies; r++) mm.push_back(map2d(L[r].w[1], 2 * F, C, (feat & 8) ? 48 : 96));
+      const double t = timed(s, [&](int r) { CK(launch(kern, dim3(F / 48), 160, sm, s, mm[r], xy, F, C)); });
+      std::printf("copies only, 6 stages, %3zu KB, features %2d (%s%s%s%s%s): %5.1f us (%4.0f GB/s)\n", sm / 1024, feat,
+                  feat & 1 ? "4 warps wait " : "", feat & 2 ? "late free " : "", feat & 4 ? "PDL wait " : "",
+                  feat & 8 ? "2 boxes " : "", feat & 16 ? "x " : "", t, 50.3e3 / t);
+    };
+    st2(stream2_kernel<6, 31>, 31);
+    st2(stream2_kernel<6, 31>, 31, tgemm_gu_smem<6>()); // gate-up's footprint: two no longer fit an SM
+    st2(stream2_kernel<6, 27>, 27, tgemm_gu_smem<6>());
+    dtk_tune(0, -1, -1, -1); // PDL off
+    std::printf("without PDL:\n");
+    st2(stream2_kernel<6, 31>, 31);
+    st2(stream2_kernel<6, 31>, 31, tgemm_gu_smem<6>());
+    var(gu_var<6, 7>, 6, 7);
+    var(gu_var<6, 23>, 6, 23);
+    var(gu_var<6, 0>, 6, 0);
+    dtk_tune(1, -1, -1, -1);
+    std::printf("with PDL:\n");
+    var(gu_var<6, 7>, 6, 7);
+    var(gu_var<6, 23>, 6, 23);
+    var(gu_var<6, 39>, 6, 39);
+    var(gu_var<6, 71>, 6, 71);
+    var(gu_var<6, 0>, 6, 0);
+    {
+      auto k0 = tgemm_gu_kernel<6, false>;
+      auto k1 = tgemm_gu_kernel<6, true>;
+      set(k0, tgemm_gu_smem<6>()), set(k1, tgemm_gu_smem<6>());
+      CK(launch(k0, dim3(F / 48), 160, tgemm_gu_smem<6>(), s, m48[0], xy, out[0], M, F, C, eps, 0));
+      CK(launch(k1, dim3(F / 48), 160, tgemm_gu_smem<6>(), s, m48[0], xy, out[1], M, F, C, eps, 0));
+      CK(cudaStreamSynchronize(s));
+      std::printf("the SiLU step in two warps or four: outputs %s\n",
+                  same(out[0], out[1], size_t(M) * F) ? "bit-identical" : "DIFFER");
+    }
+    for (int spread : {0, 1}) {
+      const size_t sm = tgemm_gu_smem<6>();
+      auto k = spread ? tgemm_gu_kernel<6, true> : tgemm_gu_kernel<6, false>;
+      set(k, sm);
+      const double t = timed(s, [&](int r) { CK(launch(k, dim3(F / 48), 160, sm, s, m48[r], xy, h, M, F, C, eps, 0)); });
+      std::printf("tgemm_gu_kernel<6>, the SiLU step %s: %5.1f us\n", spread ? "in all four warps" : "in two", t);
+    }
+    var(gu_var<6, 128>, 6, 128);
+    var(gu_var<6, 256>, 6, 256);
+    var(gu_var<6, 512>, 6, 512);
+    var(gu_var<6, 7 | 512>, 6, 7 | 512);
+    run(stream_kernel<96, 6>, 96, 6, 128);
+    run(stream_kernel<48, 12>, 48, 12, 256);
+    run(stream_kernel<128, 8>, 128, 8, 96);
   }
   // The chain, as the decoder runs it (residual adds in place).
   auto spin = [&] { CK(launch(spin_kernel, 132, 128, 0, s, 6000LL)); };
