@@ -1314,7 +1314,7 @@ template <int NW, int ST> constexpr size_t tgemm_smem() {
 // chunk, one 96-row tile) over all of K, so it owns its outputs; it sums
 // x's squares from the tiles it multiplies. packed: wmap maps the weights
 // packed by pack_tiles, a chunk's 48 gate and 48 up rows one 96-row box.
-template <int ST>
+template <int ST, bool SPREAD = true>
 __global__ void __launch_bounds__(160)
     tgemm_gu_kernel(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap xmap,
                     __nv_bfloat16 *out, int M, int F, int K, float eps, int packed) {
@@ -1383,21 +1383,53 @@ __global__ void __launch_bounds__(160)
   if (q == 0) rinv[row] = rsqrtf(ss / static_cast<float>(K) + eps);
   asm volatile("bar.sync 1, 128;" ::: "memory"); // the multiplying warps only
   const int g = lane / 4, t = lane % 4;
+  if (SPREAD) {
+    // The SiLU step spread over the four warps: the accumulators hold
+    // rows 0-31 in warps 0 and 1 only, whose threads would each compute 24
+    // outputs as a chain no other warp hides. Their products go through
+    // shared memory (the ring, free once every warp has passed the barrier
+    // above), then each thread takes runs of 4 outputs of one row.
+    constexpr int RS = NW + 8; // floats a row; the pad halves bank conflicts
+    float *red = reinterpret_cast<float *>(smem);
+    if (warp < 2) {
 #pragma unroll
-  for (int h = 0; h < 2; h++) {
-    const int m = 16 * warp + g + 8 * h;
-    if (m >= M) continue;
-    const float r = rinv[m];
+      for (int j = 0; j < NW / 8; j++)
 #pragma unroll
-    for (int j = 0; j < NH / 8; j++) {
-      float y[2];
+        for (int h = 0; h < 2; h++)
+          *reinterpret_cast<float2 *>(red + (16 * warp + g + 8 * h) * RS + 8 * j + 2 * t) =
+              make_float2(d[j][2 * h], d[j][2 * h + 1]);
+    }
+    asm volatile("bar.sync 1, 128;" ::: "memory");
+    for (int u = tid; u < M * (NH / 4); u += 128) {
+      const int m = u / (NH / 4), c = 4 * (u % (NH / 4));
+      const float r = rinv[m];
+      float y[4];
 #pragma unroll
-      for (int e = 0; e < 2; e++) {
+      for (int e = 0; e < 4; e++) {
         // As cuBLAS's bf16 output then silu_mul_norm_kernel.
-        float gv = round<T>(round<T>(d[j][2 * h + e]) * r), uv = round<T>(round<T>(d[j + NH / 8][2 * h + e]) * r);
+        float gv = round<T>(round<T>(red[m * RS + c + e]) * r), uv = round<T>(round<T>(red[m * RS + NH + c + e]) * r);
         y[e] = round<T>(gv / (1.0f + __expf(-gv))) * uv;
       }
-      *reinterpret_cast<__nv_bfloat162 *>(out + size_t(m) * F + j0 + 8 * j + 2 * t) = __floats2bfloat162_rn(y[0], y[1]);
+      __nv_bfloat162 o2[2] = {__floats2bfloat162_rn(y[0], y[1]), __floats2bfloat162_rn(y[2], y[3])};
+      *reinterpret_cast<uint2 *>(out + size_t(m) * F + j0 + c) = *reinterpret_cast<const uint2 *>(o2);
+    }
+  } else {
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      const int m = 16 * warp + g + 8 * h;
+      if (m >= M) continue;
+      const float r = rinv[m];
+#pragma unroll
+      for (int j = 0; j < NH / 8; j++) {
+        float y[2];
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+          // As cuBLAS's bf16 output then silu_mul_norm_kernel.
+          float gv = round<T>(round<T>(d[j][2 * h + e]) * r), uv = round<T>(round<T>(d[j + NH / 8][2 * h + e]) * r);
+          y[e] = round<T>(gv / (1.0f + __expf(-gv))) * uv;
+        }
+        *reinterpret_cast<__nv_bfloat162 *>(out + size_t(m) * F + j0 + 8 * j + 2 * t) = __floats2bfloat162_rn(y[0], y[1]);
+      }
     }
   }
 #else
@@ -1474,15 +1506,15 @@ int tgemm(const CUtensorMap &wm, const CUtensorMap &xm, const void *res, void *o
                    static_cast<int>(N), static_cast<int>(K), packed);
 }
 
-// tgemm_gu launches tgemm_gu_kernel<ST>.
-template <int ST>
+// tgemm_gu launches tgemm_gu_kernel<ST, SPREAD>.
+template <int ST, bool SPREAD = true>
 int tgemm_gu(const CUtensorMap &wm, const CUtensorMap &xm, __nv_bfloat16 *out, int64_t M, int64_t F, int64_t K,
              float eps, cudaStream_t s, int packed = 0) {
   constexpr size_t smem = tgemm_gu_smem<ST>();
   static const cudaError_t set =
-      cudaFuncSetAttribute(tgemm_gu_kernel<ST>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+      cudaFuncSetAttribute(tgemm_gu_kernel<ST, SPREAD>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   if (set != cudaSuccess) return set;
-  return launch(tgemm_gu_kernel<ST>, dim3(static_cast<unsigned>(F / 48)), 160, smem, s, wm, xm, out,
+  return launch(tgemm_gu_kernel<ST, SPREAD>, dim3(static_cast<unsigned>(F / 48)), 160, smem, s, wm, xm, out,
                 static_cast<int>(M), static_cast<int>(F), static_cast<int>(K), eps, packed);
 }
 
@@ -1744,6 +1776,12 @@ int dtk_tma_gate_up_silu(int dtype, const void *x, const void *w, void *out, int
   if (!tmap2d(&wm, w, 2 * F, K, 48) || !tmap2d(&xm, x, M, K, kTmaRows)) return cudaErrorInvalidValue;
   auto s = static_cast<cudaStream_t>(stream);
   auto o = static_cast<__nv_bfloat16 *>(out);
+  // DLLM_GU_SPREAD=0: the SiLU step in the two warps that hold the rows (to measure).
+  static const bool spread = [] {
+    const char *e = std::getenv("DLLM_GU_SPREAD");
+    return !(e && std::string(e) == "0");
+  }();
+  if (!spread) return tgemm_gu<6, false>(wm, xm, o, M, F, K, eps, s);
   switch (tma_stages().gu) {
   case 4: return tgemm_gu<4>(wm, xm, o, M, F, K, eps, s);
   case 8: return tgemm_gu<8>(wm, xm, o, M, F, K, eps, s);
