@@ -384,7 +384,7 @@ int gemv(const void *x, const void *aux, float eps, const void *w, const void *r
 }
 
 template <typename T, int V> int rms_norm_vec(const void *x, const void *w, void *out, int64_t rows, int chunks,
-                                              float eps, cudaStream_t s, int packed = 0) {
+                                              float eps, cudaStream_t s) {
   int threads = (chunks + V - 1) / V;
   threads = (threads + 31) / 32 * 32;
   return launch(rms_norm_vec_kernel<T, V>, dim3(static_cast<unsigned>(rows)), threads, 0, s,
@@ -1238,12 +1238,11 @@ constexpr int kTmaRows = 32; // x's box: M <= 32
 // KS) in clusters of the KS CTAs of a weight slice; 160 threads: warps 0-3
 // multiply, warp 4 issues the copies. CTA rank r takes the CH = K / 64 / KS
 // chunks of K from r CH, through ST stages, each the weights' (NW, 64) box
-// and x's (32, 64) box. packed: wmap maps the weights packed by
-// pack_tiles (each box one contiguous run of bytes).
+// and x's (32, 64) box.
 template <int NW, int KS, int ST>
 __global__ void __launch_bounds__(160)
     tgemm_kernel(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap xmap,
-                 const __nv_bfloat16 *res, __nv_bfloat16 *out, int M, int N, int K, int packed) {
+                 const __nv_bfloat16 *res, __nv_bfloat16 *out, int M, int N, int K) {
 #ifdef DLLM_TMA_DEVICE
   constexpr int kW = NW * 128, kStage = kW + kTmaRows * 128; // bytes
   extern __shared__ __align__(16) unsigned char smem_[];
@@ -1262,14 +1261,11 @@ __global__ void __launch_bounds__(160)
   if (warp == 4) {
     // 2. The copier: the first stages' weights before the PDL wait (nothing
     // before writes them), x's after; then each stage as it frees.
-    auto wload = [&](int c, int s) {
-      if (packed)
-        tma_load2d(smem_u32(smem + s * kStage), wmap, 0, (nt * (K / 64) + k0 / 64 + c) * NW, full0 + 8 * s);
-      else
-        tma_load2d(smem_u32(smem + s * kStage), wmap, k0 + 64 * c, nt * NW, full0 + 8 * s);
-    };
     if (lane == 0)
-      for (int c = 0; c < CH && c < ST; c++) mbar_expect(full0 + 8 * c, kStage), wload(c, c);
+      for (int c = 0; c < CH && c < ST; c++) {
+        mbar_expect(full0 + 8 * c, kStage);
+        tma_load2d(smem_u32(smem + c * kStage), wmap, k0 + 64 * c, nt * NW, full0 + 8 * c);
+      }
     dep_wait();
     dep_launch();
     if (lane == 0) {
@@ -1279,7 +1275,7 @@ __global__ void __launch_bounds__(160)
         const int s = c % ST;
         mbar_wait(empty0 + 8 * s, (c / ST - 1) & 1);
         mbar_expect(full0 + 8 * s, kStage);
-        wload(c, s);
+        tma_load2d(smem_u32(smem + s * kStage), wmap, k0 + 64 * c, nt * NW, full0 + 8 * s);
         tma_load2d(smem_u32(smem + s * kStage + kW), xmap, k0 + 64 * c, 0, full0 + 8 * s);
       }
     }
@@ -1312,12 +1308,11 @@ template <int NW, int ST> constexpr size_t tgemm_smem() {
 // silu(g) u with g and u scaled by x's inverse RMS, rounded as there. CTA j
 // takes gate rows [48 j, 48 j + 48) and the same up rows (two boxes a
 // chunk, one 96-row tile) over all of K, so it owns its outputs; it sums
-// x's squares from the tiles it multiplies. packed: wmap maps the weights
-// packed by pack_tiles, a chunk's 48 gate and 48 up rows one 96-row box.
+// x's squares from the tiles it multiplies.
 template <int ST, bool SPREAD = true>
 __global__ void __launch_bounds__(160)
     tgemm_gu_kernel(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap xmap,
-                    __nv_bfloat16 *out, int M, int F, int K, float eps, int packed) {
+                    __nv_bfloat16 *out, int M, int F, int K, float eps) {
 #ifdef DLLM_TMA_DEVICE
   using T = __nv_bfloat16;
   constexpr int NH = 48, NW = 2 * NH, kH = NH * 128, kW = NW * 128, kStage = kW + kTmaRows * 128;
@@ -1332,10 +1327,6 @@ __global__ void __launch_bounds__(160)
   float d[NW / 8][4] = {};
   if (warp == 4) {
     auto wload = [&](int c, int s) {
-      if (packed) {
-        tma_load2d(smem_u32(smem + s * kStage), wmap, 0, (blockIdx.x * CH + c) * NW, full0 + 8 * s);
-        return;
-      }
       tma_load2d(smem_u32(smem + s * kStage), wmap, 64 * c, j0, full0 + 8 * s);
       tma_load2d(smem_u32(smem + s * kStage + kH), wmap, 64 * c, F + j0, full0 + 8 * s);
     };
@@ -1479,43 +1470,29 @@ bool tma_on() {
   return on;
 }
 
-// pack_tiles_kernel writes W (N, K) as tiles of NW rows by 64 columns, tile
-// (nt, c) the rows nt NW .. and columns 64 c .. at row (nt K / 64 + c) NW
-// of P (N K / 64, 64): a TMA box of a tile is then one run of bytes. With
-// F > 0, W is the fused (gate; up) weight and tile nt's rows are gate rows
-// nt NW / 2 .. then the same up rows (tgemm_gu_kernel's tile).
-__global__ void pack_tiles_kernel(const __nv_bfloat16 *W, __nv_bfloat16 *P, int64_t N, int64_t K, int NW, int64_t F) {
-  const int64_t n = N * K / 8; // 16-byte units
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t row = i / 8, tile = row / NW, r = row % NW, nt = tile / (K / 64), c = tile % (K / 64);
-    const int64_t src = F > 0 ? (r < NW / 2 ? nt * NW / 2 + r : F + nt * NW / 2 + r - NW / 2) : nt * NW + r;
-    reinterpret_cast<uint4 *>(P)[i] = reinterpret_cast<const uint4 *>(W + src * K + c * 64)[i % 8];
-  }
-}
-
 // tgemm launches tgemm_kernel<NW, KS, ST> for the maps.
 template <int NW, int KS, int ST>
 int tgemm(const CUtensorMap &wm, const CUtensorMap &xm, const void *res, void *out, int64_t M, int64_t N, int64_t K,
-          cudaStream_t s, int packed = 0) {
+          cudaStream_t s) {
   constexpr size_t smem = tgemm_smem<NW, ST>();
   static const cudaError_t set =
       cudaFuncSetAttribute(tgemm_kernel<NW, KS, ST>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   if (set != cudaSuccess) return set;
   return launch_in(tgemm_kernel<NW, KS, ST>, dim3(static_cast<unsigned>(N / NW), KS), 160, smem, s, unsigned(KS), wm,
                    xm, static_cast<const __nv_bfloat16 *>(res), static_cast<__nv_bfloat16 *>(out), static_cast<int>(M),
-                   static_cast<int>(N), static_cast<int>(K), packed);
+                   static_cast<int>(N), static_cast<int>(K));
 }
 
 // tgemm_gu launches tgemm_gu_kernel<ST, SPREAD>.
 template <int ST, bool SPREAD = true>
 int tgemm_gu(const CUtensorMap &wm, const CUtensorMap &xm, __nv_bfloat16 *out, int64_t M, int64_t F, int64_t K,
-             float eps, cudaStream_t s, int packed = 0) {
+             float eps, cudaStream_t s) {
   constexpr size_t smem = tgemm_gu_smem<ST>();
   static const cudaError_t set =
       cudaFuncSetAttribute(tgemm_gu_kernel<ST, SPREAD>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   if (set != cudaSuccess) return set;
   return launch(tgemm_gu_kernel<ST, SPREAD>, dim3(static_cast<unsigned>(F / 48)), 160, smem, s, wm, xm, out,
-                static_cast<int>(M), static_cast<int>(F), static_cast<int>(K), eps, packed);
+                static_cast<int>(M), static_cast<int>(F), static_cast<int>(K), eps);
 }
 
 bool aligned16(const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }

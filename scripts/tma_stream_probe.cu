@@ -1,23 +1,36 @@
-// Does the TMA GEMM stream its weights faster when each of its copies is
-// one run of bytes? kernels.cu's tgemm_kernel and tgemm_gu_kernel read the
-// weights' own row-major layout in boxes of NW rows x 128 bytes, so every
-// copy touches NW rows 4-12 KB apart; packed (pack_tiles_kernel) the same
-// box is NW x 128 contiguous bytes. The probe times a layer's four
-// projections at 32 rows each way, in CUDA graphs cycling over 12 weight
-// copies (so the 50 MB L2 cannot serve them), checks that the outputs are
-// bit-identical, then times the layer's chain (output, gate-up with SiLU,
-// down, next QKV; PDL) after a stand-in for the attention's merge.
+// Where does kernels.cu's TMA GEMM lose time against its copies? Its
+// weights stream through TMA into a ring of stages, but the kernels reach
+// 2.2-2.8 TB/s where the H200 gives ~4 TB/s. The probe times, in CUDA
+// graphs cycling over 12 weight copies (so the 50 MB L2 cannot serve
+// them), at 32 rows:
+//
+// - a layer's four projections through the decoder's kernels;
+// - the copies alone (stream_kernel: a ring that one warp empties at
+//   once), for several box heights, stage counts and grids;
+// - the copies alone with the gate-up kernel's features added one by one
+//   (stream2_kernel's FEAT bits);
+// - the gate-up kernel with parts left out (gu_var's MODE bits) and
+//   tgemm_gu_kernel with its SiLU step in two warps or spread over four
+//   (outputs compared bit for bit);
+// - the layer's chain (output, gate-up with SiLU, down, next QKV; PDL)
+//   after a stand-in for the attention's merge.
+//
+// docs/performance.md has the figures (fifteenth session; packed weights,
+// each box one run of bytes, were measured by this probe's first form at
+// commit 0a0626e: no faster).
 //
 //     NV=$(python3 -c 'import torch,os;print(os.path.dirname(os.path.dirname(torch.__file__)))')/nvidia/cu13/lib
-//     nvcc -O2 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o /tmp/tp scripts/tma_pack_probe.cu -L$NV \
+//     nvcc -O2 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o /tmp/tp scripts/tma_stream_probe.cu -L$NV \
 //         -l:libcublas.so.13 -l:libcublasLt.so.13 -Xlinker -rpath=$NV && /tmp/tp
-// (or PROBES=tma_pack_probe.cu TESTS= CTX= scripts/gpu-speed.sh)
+// (or PROBES=tma_stream_probe.cu TESTS= CTX= scripts/gpu-speed.sh)
 #define DLLM_SM90A
 #include "../torch/csrc/kernels.cu"
 
 #include "gpu_probe.cuh"
 
 #include <cuda.h>
+
+#include <array>
 
 namespace {
 
@@ -122,7 +135,7 @@ __global__ void __launch_bounds__(160) stream2_kernel(const __grid_constant__ CU
   }
 }
 
-// gu_var is tgemm_gu_kernel<ST> (unpacked) with parts changed, MODE bits:
+// gu_var is tgemm_gu_kernel<ST> with parts changed, MODE bits:
 // 1 no products (the multipliers only wait for each stage and free it), 2
 // no sums of x's squares, 4 x copied only with the first ST stages (later
 // stages multiply stale x), 8 two wgmma groups in flight instead of one,
@@ -239,14 +252,9 @@ CUtensorMap map2d(const void *p, int64_t rows, int64_t cols, int box_rows) {
   return m;
 }
 
-// Layer is one copy of a layer's weights, as is and packed, with their maps.
-struct Layer {
-  bf16 *w[4], *p[4];
-  CUtensorMap wm[4], pm[4];
-};
 constexpr int C = 2048, F = 6144, Q = 2560, M = 32;
-// o, gate-up, down, qkv: rows, K, the box height (NW), gate-up's F.
-constexpr int kN[4] = {C, 2 * F, C, Q}, kK[4] = {C, C, F, C}, kNW[4] = {64, 96, 128, 64};
+// o, gate-up, down, qkv: rows, K, box height (gate-up: two 48-row boxes).
+constexpr int kN[4] = {C, 2 * F, C, Q}, kK[4] = {C, C, F, C}, kBox[4] = {64, 48, 128, 64};
 
 bool same(const bf16 *a, const bf16 *b, size_t n) {
   std::vector<bf16> x(n), y(n);
@@ -260,22 +268,18 @@ bool same(const bf16 *a, const bf16 *b, size_t n) {
 int main() {
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  std::vector<Layer> L(kCopies);
+  std::vector<std::array<bf16 *, 4>> W(kCopies);
+  std::vector<std::array<CUtensorMap, 4>> WM(kCopies);
   for (int r = 0; r < kCopies; r++)
     for (int i = 0; i < 4; i++) {
-      const size_t n = size_t(kN[i]) * kK[i];
-      L[r].w[i] = rand_bf16(n, 100 * i + r, 0.04f);
-      CK(cudaMalloc(&L[r].p[i], n * 2));
-      pack_tiles_kernel<<<1024, 256, 0, s>>>(L[r].w[i], L[r].p[i], kN[i], kK[i], kNW[i], i == 1 ? F : 0);
-      // gate-up's unpacked map reads gate and up rows in two 48-row boxes
-      L[r].wm[i] = map2d(L[r].w[i], kN[i], kK[i], i == 1 ? 48 : kNW[i]);
-      L[r].pm[i] = map2d(L[r].p[i], n / 64, 64, kNW[i]);
+      W[r][i] = rand_bf16(size_t(kN[i]) * kK[i], 100 * i + r, 0.04f);
+      WM[r][i] = map2d(W[r][i], kN[i], kK[i], kBox[i]);
     }
-  CK(cudaStreamSynchronize(s));
   bf16 *ao = rand_bf16(size_t(M) * C, 5, 2.f), *y = rand_bf16(size_t(M) * C, 6, 1.f), *h = rand_bf16(size_t(M) * F, 8, 1.f);
   bf16 *out[2], *qkv;
   for (auto &o : out) CK(cudaMalloc(&o, size_t(M) * 2 * F * 2));
   CK(cudaMalloc(&qkv, size_t(M) * Q * 2));
+  CK(cudaDeviceSynchronize());
   const CUtensorMap xao = map2d(ao, M, C, 32), xy = map2d(y, M, C, 32), xh = map2d(h, M, F, 32);
   const float eps = 1e-6f;
   auto set = [](auto k, size_t sm) { CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sm))); };
@@ -284,118 +288,112 @@ int main() {
   auto kgu = tgemm_gu_kernel<6>;
   const size_t so = tgemm_smem<64, 8>(), sd = tgemm_smem<128, 4>(), sgu = tgemm_gu_smem<6>();
   set(ko, so), set(kd, sd), set(kgu, sgu);
-  // one projection i of copy r into o (no residual), packed or not
-  auto proj = [&](int i, int r, int pk, bf16 *o) {
-    const CUtensorMap &w = pk ? L[r].pm[i] : L[r].wm[i];
+
+  // 1. The projections alone, as the decoder runs them.
+  auto proj = [&](int i, int r, bf16 *o) {
+    const CUtensorMap &w = WM[r][i];
     switch (i) {
-    case 0: CK(launch_in(ko, dim3(C / 64, 4), 160, so, s, 4u, w, xao, (const bf16 *)nullptr, o, M, C, C, pk)); break;
-    case 1: CK(launch(kgu, dim3(F / 48), 160, sgu, s, w, xy, o, M, F, C, eps, pk)); break;
-    case 2: CK(launch_in(kd, dim3(C / 128, 8), 160, sd, s, 8u, w, xh, (const bf16 *)nullptr, o, M, C, F, pk)); break;
-    case 3: CK(launch_in(ko, dim3(Q / 64, 4), 160, so, s, 4u, w, xy, (const bf16 *)nullptr, o, M, Q, C, pk)); break;
+    case 0: CK(launch_in(ko, dim3(C / 64, 4), 160, so, s, 4u, w, xao, (const bf16 *)nullptr, o, M, C, C)); break;
+    case 1: CK(launch(kgu, dim3(F / 48), 160, sgu, s, w, xy, o, M, F, C, eps)); break;
+    case 2: CK(launch_in(kd, dim3(C / 128, 8), 160, sd, s, 8u, w, xh, (const bf16 *)nullptr, o, M, C, F)); break;
+    case 3: CK(launch_in(ko, dim3(Q / 64, 4), 160, so, s, 4u, w, xy, (const bf16 *)nullptr, o, M, Q, C)); break;
     }
   };
   const char *names[4] = {"o", "gate_up+silu", "down", "qkv"};
   for (int i = 0; i < 4; i++) {
-    proj(i, 0, 0, out[0]);
-    proj(i, 0, 1, out[1]);
-    CK(cudaStreamSynchronize(s));
-    const bool eq = same(out[0], out[1], size_t(M) * (i == 1 ? F : kN[i]));
-    const double t0 = timed(s, [&](int r) { proj(i, r, 0, out[0]); });
-    const double t1 = timed(s, [&](int r) { proj(i, r, 1, out[1]); });
-    const double mb = double(kN[i]) * kK[i] * 2 / 1e6;
-    std::printf("%-13s %5.1f MB: as is %5.1f us (%4.0f GB/s), packed %5.1f us (%4.0f GB/s)%s\n", names[i], mb, t0,
-                mb * 1e3 / t0, t1, mb * 1e3 / t1, eq ? "" : "  OUTPUTS DIFFER");
+    const double t = timed(s, [&](int r) { proj(i, r, out[0]); }), mb = double(kN[i]) * kK[i] * 2 / 1e6;
+    std::printf("%-13s %5.1f MB: %5.1f us (%4.0f GB/s)\n", names[i], mb, t, mb * 1e3 / t);
   }
-  // Copies only: gate-up's 50 MB in boxes of BR rows, ST stages, G CTAs.
+
+  // 2. The copies alone: gate-up's 50 MB in boxes of BR rows, ST stages, G CTAs.
+  auto run = [&](auto kern, int br, int st, int g) {
+    const size_t sm = 1024 + size_t(st) * br * 128 + 16 * st;
+    set(kern, sm);
+    std::vector<CUtensorMap> mm;
+    for (int r = 0; r < kCopies; r++) mm.push_back(map2d(W[r][1], 2 * F, C, br));
+    const double t = timed(s, [&](int r) { CK(launch(kern, dim3(g), 64, sm, s, mm[r], 2 * F / g, C)); });
+    std::printf("copies only: boxes of %3d rows, %2d stages (%3zu KB), %3d CTAs: %5.1f us (%4.0f GB/s)\n", br, st,
+                sm / 1024, g, t, 50.3e3 / t);
+  };
+  run(stream_kernel<96, 6>, 96, 6, 128);
+  run(stream_kernel<48, 12>, 48, 12, 256);
+  run(stream_kernel<128, 8>, 128, 8, 96);
+
+  // 3. The copies with the gate-up kernel's features, one by one.
+  auto st2 = [&](auto kern, int feat) {
+    const size_t sm = 1024 + size_t(6) * (96 + 32) * 128 + 16 * 6;
+    set(kern, sm);
+    std::vector<CUtensorMap> mm;
+    for (int r = 0; r < kCopies; r++) mm.push_back(map2d(W[r][1], 2 * F, C, (feat & 8) ? 48 : 96));
+    const double t = timed(s, [&](int r) { CK(launch(kern, dim3(F / 48), 160, sm, s, mm[r], xy, F, C)); });
+    std::printf("copies only, features %2d (%s%s%s%s%s): %5.1f us (%4.0f GB/s)\n", feat,
+                feat & 1 ? "4 warps wait " : "", feat & 2 ? "late free " : "", feat & 4 ? "PDL wait " : "",
+                feat & 8 ? "2 boxes " : "", feat & 16 ? "x " : "", t, 50.3e3 / t);
+  };
+  st2(stream2_kernel<6, 0>, 0);
+  st2(stream2_kernel<6, 1>, 1);
+  st2(stream2_kernel<6, 2>, 2);
+  st2(stream2_kernel<6, 4>, 4);
+  st2(stream2_kernel<6, 8>, 8);
+  st2(stream2_kernel<6, 16>, 16);
+  st2(stream2_kernel<6, 31>, 31);
+
+  // 4. The gate-up kernel with parts left out.
+  auto var = [&](auto kern, int mode) {
+    const size_t sm = tgemm_gu_smem<6>();
+    set(kern, sm);
+    const double t = timed(s, [&](int r) { CK(launch(kern, dim3(F / 48), 160, sm, s, WM[r][1], xy, h, M, F, C, eps)); });
+    std::printf("gate-up, mode %3d (%s%s%s%s%s): %5.1f us (%4.0f GB/s)\n", mode, mode & 1 ? "no products " : "",
+                mode & 2 ? "no squares " : "", mode & 4 ? "x once " : "", mode & 8 ? "two groups in flight " : "",
+                mode & 16    ? "no epilogue"
+                : mode & 32  ? "outputs to smem"
+                : mode & 64  ? "zeros stored"
+                : mode & 128 ? "fdividef"
+                : mode & 256 ? "no silu"
+                : mode & 512 ? "no silu, no rounding"
+                             : "",
+                t, 50.3e3 / t);
+  };
+  var(gu_var<6, 0>, 0);
+  var(gu_var<6, 1>, 1);
+  var(gu_var<6, 4>, 4);
+  var(gu_var<6, 7>, 7);
+  var(gu_var<6, 23>, 23);
+  var(gu_var<6, 39>, 39);
+  var(gu_var<6, 71>, 71);
+  var(gu_var<6, 128>, 128);
+  var(gu_var<6, 256>, 256);
+  var(gu_var<6, 512>, 512);
+
+  // 5. tgemm_gu_kernel's SiLU step in the two warps that hold the rows or
+  //    spread over four: the same outputs, and their times.
   {
-    auto run = [&](auto kern, int br, int st, int g) {
-      const size_t sm = 1024 + size_t(st) * br * 128 + 16 * st;
-      set(kern, sm);
-      std::vector<CUtensorMap> mm;
-      for (int r = 0; r < kCopies; r++) mm.push_back(map2d(L[r].w[1], 2 * F, C, br));
-      const int R = 2 * F / g;
-      const double t = timed(s, [&](int r) { CK(launch(kern, dim3(g), 64, sm, s, mm[r], R, C)); });
-      std::printf("copies only: boxes of %3d rows, %2d stages (%3zu KB), %3d CTAs: %5.1f us (%4.0f GB/s)\n", br, st,
-                  sm / 1024, g, t, 50.3e3 / t);
-    };
-    // gate-up's kernel with parts left out (gu_var's MODE bits)
-    std::vector<CUtensorMap> m48;
-    for (int r = 0; r < kCopies; r++) m48.push_back(map2d(L[r].w[1], 2 * F, C, 48));
-    auto var = [&](auto kern, int st, int mode) {
-      const size_t sm = 1024 + size_t(st + 1) * (96 + 32) * 128 + 32 * 4 + 16 * st;
-      set(kern, sm);
-      const double t = timed(s, [&](int r) { CK(launch(kern, dim3(F / 48), 160, sm, s, m48[r], xy, h, M, F, C, eps)); });
-      std::printf("gate-up variant ST=%2d mode %2d (%s%s%s%s%s): %5.1f us (%4.0f GB/s)\n", st, mode,
-                  mode & 1 ? "no products " : "", mode & 2 ? "no squares " : "", mode & 4 ? "x once " : "",
-                  mode & 8 ? "two groups in flight " : "", mode & 16 ? "no epilogue" : mode & 32 ? "outputs to smem" : mode & 64 ? "zeros stored" : mode & 128 ? "fdividef" : mode & 256 ? "no silu" : mode & 512 ? "no silu, no rounding" : "", t, 50.3e3 / t);
-    };
-    auto st2 = [&](auto kern, int feat, size_t sm = 1024 + size_t(6) * (96 + 32) * 128 + 16 * 6) {
-      set(kern, sm);
-      std::vector<CUtensorMap> mm;
-      for (int r = 0; r < kCopies; r++) mm.push_back(map2d(L[r].w[1], 2 * F, C, (feat & 8) ? 48 : 96));
-      const double t = timed(s, [&](int r) { CK(launch(kern, dim3(F / 48), 160, sm, s, mm[r], xy, F, C)); });
-      std::printf("copies only, 6 stages, %3zu KB, features %2d (%s%s%s%s%s): %5.1f us (%4.0f GB/s)\n", sm / 1024, feat,
-                  feat & 1 ? "4 warps wait " : "", feat & 2 ? "late free " : "", feat & 4 ? "PDL wait " : "",
-                  feat & 8 ? "2 boxes " : "", feat & 16 ? "x " : "", t, 50.3e3 / t);
-    };
-    st2(stream2_kernel<6, 31>, 31);
-    st2(stream2_kernel<6, 31>, 31, tgemm_gu_smem<6>()); // gate-up's footprint: two no longer fit an SM
-    st2(stream2_kernel<6, 27>, 27, tgemm_gu_smem<6>());
-    dtk_tune(0, -1, -1, -1); // PDL off
-    std::printf("without PDL:\n");
-    st2(stream2_kernel<6, 31>, 31);
-    st2(stream2_kernel<6, 31>, 31, tgemm_gu_smem<6>());
-    var(gu_var<6, 7>, 6, 7);
-    var(gu_var<6, 23>, 6, 23);
-    var(gu_var<6, 0>, 6, 0);
-    dtk_tune(1, -1, -1, -1);
-    std::printf("with PDL:\n");
-    var(gu_var<6, 7>, 6, 7);
-    var(gu_var<6, 23>, 6, 23);
-    var(gu_var<6, 39>, 6, 39);
-    var(gu_var<6, 71>, 6, 71);
-    var(gu_var<6, 0>, 6, 0);
-    {
-      auto k0 = tgemm_gu_kernel<6, false>;
-      auto k1 = tgemm_gu_kernel<6, true>;
-      set(k0, tgemm_gu_smem<6>()), set(k1, tgemm_gu_smem<6>());
-      CK(launch(k0, dim3(F / 48), 160, tgemm_gu_smem<6>(), s, m48[0], xy, out[0], M, F, C, eps, 0));
-      CK(launch(k1, dim3(F / 48), 160, tgemm_gu_smem<6>(), s, m48[0], xy, out[1], M, F, C, eps, 0));
-      CK(cudaStreamSynchronize(s));
-      std::printf("the SiLU step in two warps or four: outputs %s\n",
-                  same(out[0], out[1], size_t(M) * F) ? "bit-identical" : "DIFFER");
-    }
-    for (int spread : {0, 1}) {
-      const size_t sm = tgemm_gu_smem<6>();
-      auto k = spread ? tgemm_gu_kernel<6, true> : tgemm_gu_kernel<6, false>;
-      set(k, sm);
-      const double t = timed(s, [&](int r) { CK(launch(k, dim3(F / 48), 160, sm, s, m48[r], xy, h, M, F, C, eps, 0)); });
-      std::printf("tgemm_gu_kernel<6>, the SiLU step %s: %5.1f us\n", spread ? "in all four warps" : "in two", t);
-    }
-    var(gu_var<6, 128>, 6, 128);
-    var(gu_var<6, 256>, 6, 256);
-    var(gu_var<6, 512>, 6, 512);
-    var(gu_var<6, 7 | 512>, 6, 7 | 512);
-    run(stream_kernel<96, 6>, 96, 6, 128);
-    run(stream_kernel<48, 12>, 48, 12, 256);
-    run(stream_kernel<128, 8>, 128, 8, 96);
+    auto k0 = tgemm_gu_kernel<6, false>;
+    auto k1 = tgemm_gu_kernel<6, true>;
+    set(k0, sgu), set(k1, sgu);
+    CK(launch(k0, dim3(F / 48), 160, sgu, s, WM[0][1], xy, out[0], M, F, C, eps));
+    CK(launch(k1, dim3(F / 48), 160, sgu, s, WM[0][1], xy, out[1], M, F, C, eps));
+    CK(cudaStreamSynchronize(s));
+    const double t0 = timed(s, [&](int r) { CK(launch(k0, dim3(F / 48), 160, sgu, s, WM[r][1], xy, h, M, F, C, eps)); });
+    const double t1 = timed(s, [&](int r) { CK(launch(k1, dim3(F / 48), 160, sgu, s, WM[r][1], xy, h, M, F, C, eps)); });
+    std::printf("gate-up's SiLU step in two warps %5.1f us, in four %5.1f us: outputs %s\n", t0, t1,
+                same(out[0], out[1], size_t(M) * F) ? "bit-identical" : "DIFFER");
   }
-  // The chain, as the decoder runs it (residual adds in place).
+
+  // 6. The chain, as the decoder runs it (residual adds in place).
   auto spin = [&] { CK(launch(spin_kernel, 132, 128, 0, s, 6000LL)); };
   for (int sp : {1, 0}) {
     const double tsp = sp ? timed(s, [&](int) { spin(); }) : 0;
-    for (int pk : {0, 1}) {
-      const double t = timed(s, [&](int r) {
-        if (sp) spin();
-        const CUtensorMap *w = pk ? L[r].pm : L[r].wm;
-        CK(launch_in(ko, dim3(C / 64, 4), 160, so, s, 4u, w[0], xao, (const bf16 *)y, y, M, C, C, pk));
-        CK(launch(kgu, dim3(F / 48), 160, sgu, s, w[1], xy, h, M, F, C, eps, pk));
-        CK(launch_in(kd, dim3(C / 128, 8), 160, sd, s, 8u, w[2], xh, (const bf16 *)y, y, M, C, F, pk));
-        CK(launch_in(ko, dim3(Q / 64, 4), 160, so, s, 4u, w[3], xy, (const bf16 *)nullptr, qkv, M, Q, C, pk));
-      });
-      std::printf("chain %s, %s: %5.1f us a layer (%4.0f GB/s)\n", sp ? "after a ~3 us stand-in" : "alone",
-                  pk ? "packed" : "as is", t - tsp, 94.4e3 / (t - tsp));
-    }
+    const double t = timed(s, [&](int r) {
+      if (sp) spin();
+      const auto &w = WM[r];
+      CK(launch_in(ko, dim3(C / 64, 4), 160, so, s, 4u, w[0], xao, (const bf16 *)y, y, M, C, C));
+      CK(launch(kgu, dim3(F / 48), 160, sgu, s, w[1], xy, h, M, F, C, eps));
+      CK(launch_in(kd, dim3(C / 128, 8), 160, sd, s, 8u, w[2], xh, (const bf16 *)y, y, M, C, F));
+      CK(launch_in(ko, dim3(Q / 64, 4), 160, so, s, 4u, w[3], xy, (const bf16 *)nullptr, qkv, M, Q, C));
+    });
+    std::printf("chain %s: %5.1f us a layer (%4.0f GB/s)\n", sp ? "after a ~3 us stand-in" : "alone", t - tsp,
+                94.4e3 / (t - tsp));
   }
   return 0;
 }
