@@ -1503,7 +1503,7 @@ const TmaStages &tma_stages() {
     int a = 0, b = 0, c = 0;
     if (e && std::sscanf(e, "%d,%d,%d", &a, &b, &c) == 3) {
       if (a == 4 || a == 6 || a == 8) t.lin = a;
-      if (b == 4 || b == 6 || b == 8) t.gu = b;
+      if (b >= 4 && b <= 8 && b != 7) t.gu = b;
       if (c == 3 || c == 4 || c == 5) t.down = c;
       std::fprintf(stderr, "dllm: TMA GEMM stages lin %d, gate-up %d, down %d\n", t.lin, t.gu, t.down);
     }
@@ -1780,6 +1780,7 @@ int dtk_tma_gate_up_silu(int dtype, const void *x, const void *w, void *out, int
   if (!spread) return tgemm_gu<6, false>(wm, xm, o, M, F, K, eps, s);
   switch (tma_stages().gu) {
   case 4: return tgemm_gu<4>(wm, xm, o, M, F, K, eps, s);
+  case 5: return tgemm_gu<5>(wm, xm, o, M, F, K, eps, s);
   case 8: return tgemm_gu<8>(wm, xm, o, M, F, K, eps, s);
   default: return tgemm_gu<6>(wm, xm, o, M, F, K, eps, s);
   }
