@@ -17,8 +17,10 @@ from collections import defaultdict
 tail = float(sys.argv[2]) if len(sys.argv) > 2 else 0.3
 rows = []
 for line in open(sys.argv[1]):
-    a, b, name = line.rstrip("\n").split(" ", 2)
-    rows.append((int(a), int(b), name))
+    f = line.rstrip("\n").split(" ", 2)
+    if len(f) < 3 or not (f[0].isdigit() and f[1].isdigit()):
+        continue  # a record cut short when the process ended
+    rows.append((int(f[0]), int(f[1]), f[2]))
 rows.sort()
 rows = rows[int(len(rows) * (1 - tail)):]
 
