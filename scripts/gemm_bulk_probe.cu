@@ -285,7 +285,7 @@ int main() {
     return go(bgemm_kernel<NW_, KS_, ST_>, bgemm_smem<NW_, ST_>(), x, Wt[r], o, o, m, sh.n, sh.k, cf.mode);
 #define TGO(NW_, KS_, ST_)                                                                                         \
   if (cf.tma && cf.nw == NW_ && cf.ks == KS_ && cf.st == ST_)                                                    \
-    return go(tgemm_kernel<NW_, KS_, ST_>, tgemm_smem<NW_, ST_>(), wm[r], xm, o, o, m, sh.n, sh.k, 0);
+    return go(tgemm_kernel<NW_, KS_, ST_>, tgemm_smem<NW_, ST_>(), wm[r], xm, o, o, m, sh.n, sh.k);
           GO(128, 8, 4) GO(128, 2, 4) GO(96, 1, 8) TGO(64, 4, 4) TGO(96, 1, 12) TGO(128, 8, 4) TGO(128, 8, 6)
 #undef GO
 #undef TGO
@@ -329,7 +329,7 @@ int main() {
       auto ours = [&](int r) {
         auto go = [&](auto kernel, size_t smem) {
           CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-          CK(launch(kernel, dim3(F / 48), 160, smem, s, wm[r], xm, o2, m, F, K, eps, 0));
+          CK(launch(kernel, dim3(F / 48), 160, smem, s, wm[r], xm, o2, m, F, K, eps));
         };
         if (st == 8) return go(tgemm_gu_kernel<8>, tgemm_gu_smem<8>());
         return go(tgemm_gu_kernel<12>, tgemm_gu_smem<12>());
@@ -403,10 +403,10 @@ int main() {
     set_smem(ko, so), set_smem(kd, sd), set_smem(kgu, sgu);
     auto our_layer = [&](int r, bool with_spin) {
       if (with_spin) spin();
-      CK(launch_in(ko, dim3(C / 64, 4), 160, so, s, 4u, mo[r], xao, y, y, m, C, C, 0));
-      CK(launch(kgu, dim3(F / 48), 160, sgu, s, mgu[r], xy, h, m, F, C, eps, 0));
-      CK(launch_in(kd, dim3(C / 128, 8), 160, sd, s, 8u, md[r], xh, y, y, m, C, F, 0));
-      CK(launch_in(ko, dim3(Q / 64, 4), 160, so, s, 4u, mq[r], xy, static_cast<const bf16 *>(nullptr), qkv, m, Q, C, 0));
+      CK(launch_in(ko, dim3(C / 64, 4), 160, so, s, 4u, mo[r], xao, y, y, m, C, C));
+      CK(launch(kgu, dim3(F / 48), 160, sgu, s, mgu[r], xy, h, m, F, C, eps));
+      CK(launch_in(kd, dim3(C / 128, 8), 160, sd, s, 8u, md[r], xh, y, y, m, C, F));
+      CK(launch_in(ko, dim3(Q / 64, 4), 160, so, s, 4u, mq[r], xy, static_cast<const bf16 *>(nullptr), qkv, m, Q, C));
     };
     std::printf("chain (smem KB: o/qkv %zu, gate-up %zu, down %zu; the stand-in ~5 us):\n", so / 1024, sgu / 1024,
                 sd / 1024);

@@ -13,8 +13,7 @@
 //   tgemm_gu_kernel with its SiLU step in two warps or spread over four
 //   (outputs compared bit for bit);
 // - the layer's chain (output, gate-up with SiLU, down, next QKV; PDL)
-//   after a stand-in for the attention's merge, with each kernel asking
-//   the L2 cache for 0-16 chunks past its staged ones before its PDL wait.
+//   after a stand-in for the attention's merge.
 //
 // docs/performance.md has the figures (fifteenth session; packed weights,
 // each box one run of bytes, were measured by this probe's first form at
@@ -294,10 +293,10 @@ int main() {
   auto proj = [&](int i, int r, bf16 *o) {
     const CUtensorMap &w = WM[r][i];
     switch (i) {
-    case 0: CK(launch_in(ko, dim3(C / 64, 4), 160, so, s, 4u, w, xao, (const bf16 *)nullptr, o, M, C, C, 0)); break;
-    case 1: CK(launch(kgu, dim3(F / 48), 160, sgu, s, w, xy, o, M, F, C, eps, 0)); break;
-    case 2: CK(launch_in(kd, dim3(C / 128, 8), 160, sd, s, 8u, w, xh, (const bf16 *)nullptr, o, M, C, F, 0)); break;
-    case 3: CK(launch_in(ko, dim3(Q / 64, 4), 160, so, s, 4u, w, xy, (const bf16 *)nullptr, o, M, Q, C, 0)); break;
+    case 0: CK(launch_in(ko, dim3(C / 64, 4), 160, so, s, 4u, w, xao, (const bf16 *)nullptr, o, M, C, C)); break;
+    case 1: CK(launch(kgu, dim3(F / 48), 160, sgu, s, w, xy, o, M, F, C, eps)); break;
+    case 2: CK(launch_in(kd, dim3(C / 128, 8), 160, sd, s, 8u, w, xh, (const bf16 *)nullptr, o, M, C, F)); break;
+    case 3: CK(launch_in(ko, dim3(Q / 64, 4), 160, so, s, 4u, w, xy, (const bf16 *)nullptr, o, M, Q, C)); break;
     }
   };
   const char *names[4] = {"o", "gate_up+silu", "down", "qkv"};
@@ -372,32 +371,29 @@ int main() {
     auto k0 = tgemm_gu_kernel<6, false>;
     auto k1 = tgemm_gu_kernel<6, true>;
     set(k0, sgu), set(k1, sgu);
-    CK(launch(k0, dim3(F / 48), 160, sgu, s, WM[0][1], xy, out[0], M, F, C, eps, 0));
-    CK(launch(k1, dim3(F / 48), 160, sgu, s, WM[0][1], xy, out[1], M, F, C, eps, 0));
+    CK(launch(k0, dim3(F / 48), 160, sgu, s, WM[0][1], xy, out[0], M, F, C, eps));
+    CK(launch(k1, dim3(F / 48), 160, sgu, s, WM[0][1], xy, out[1], M, F, C, eps));
     CK(cudaStreamSynchronize(s));
-    const double t0 = timed(s, [&](int r) { CK(launch(k0, dim3(F / 48), 160, sgu, s, WM[r][1], xy, h, M, F, C, eps, 0)); });
-    const double t1 = timed(s, [&](int r) { CK(launch(k1, dim3(F / 48), 160, sgu, s, WM[r][1], xy, h, M, F, C, eps, 0)); });
+    const double t0 = timed(s, [&](int r) { CK(launch(k0, dim3(F / 48), 160, sgu, s, WM[r][1], xy, h, M, F, C, eps)); });
+    const double t1 = timed(s, [&](int r) { CK(launch(k1, dim3(F / 48), 160, sgu, s, WM[r][1], xy, h, M, F, C, eps)); });
     std::printf("gate-up's SiLU step in two warps %5.1f us, in four %5.1f us: outputs %s\n", t0, t1,
                 same(out[0], out[1], size_t(M) * F) ? "bit-identical" : "DIFFER");
   }
 
-  // 6. The chain, as the decoder runs it (residual adds in place), each
-  //    kernel asking the L2 cache for l2 chunks past its staged ones.
+  // 6. The chain, as the decoder runs it (residual adds in place).
   auto spin = [&] { CK(launch(spin_kernel, 132, 128, 0, s, 6000LL)); };
   for (int sp : {1, 0}) {
     const double tsp = sp ? timed(s, [&](int) { spin(); }) : 0;
-    for (int l2 : {0, 4, 8, 16}) {
-      const double t = timed(s, [&](int r) {
-        if (sp) spin();
-        const auto &w = WM[r];
-        CK(launch_in(ko, dim3(C / 64, 4), 160, so, s, 4u, w[0], xao, (const bf16 *)y, y, M, C, C, l2));
-        CK(launch(kgu, dim3(F / 48), 160, sgu, s, w[1], xy, h, M, F, C, eps, l2));
-        CK(launch_in(kd, dim3(C / 128, 8), 160, sd, s, 8u, w[2], xh, (const bf16 *)y, y, M, C, F, l2));
-        CK(launch_in(ko, dim3(Q / 64, 4), 160, so, s, 4u, w[3], xy, (const bf16 *)nullptr, qkv, M, Q, C, l2));
-      });
-      std::printf("chain %s, L2 prefetch of %2d chunks: %5.1f us a layer (%4.0f GB/s)\n",
-                  sp ? "after a ~3 us stand-in" : "alone", l2, t - tsp, 94.4e3 / (t - tsp));
-    }
+    const double t = timed(s, [&](int r) {
+      if (sp) spin();
+      const auto &w = WM[r];
+      CK(launch_in(ko, dim3(C / 64, 4), 160, so, s, 4u, w[0], xao, (const bf16 *)y, y, M, C, C));
+      CK(launch(kgu, dim3(F / 48), 160, sgu, s, w[1], xy, h, M, F, C, eps));
+      CK(launch_in(kd, dim3(C / 128, 8), 160, sd, s, 8u, w[2], xh, (const bf16 *)y, y, M, C, F));
+      CK(launch_in(ko, dim3(Q / 64, 4), 160, so, s, 4u, w[3], xy, (const bf16 *)nullptr, qkv, M, Q, C));
+    });
+    std::printf("chain %s: %5.1f us a layer (%4.0f GB/s)\n", sp ? "after a ~3 us stand-in" : "alone", t - tsp,
+                94.4e3 / (t - tsp));
   }
   return 0;
 }

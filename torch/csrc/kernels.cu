@@ -1066,15 +1066,6 @@ __device__ inline void tma_load2d(unsigned dst, const CUtensorMap &map, int c0, 
       : "memory");
 #endif
 }
-// tma_prefetch2d asks the L2 cache for map's box at (c0, c1), into no
-// shared memory.
-__device__ inline void tma_prefetch2d(const CUtensorMap &map, int c0, int c1) {
-#ifdef DLLM_TMA_DEVICE
-  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];" ::"l"(reinterpret_cast<uint64_t>(&map)),
-               "r"(c0), "r"(c1)
-               : "memory");
-#endif
-}
 __device__ inline unsigned cluster_rank() {
   unsigned r = 0;
 #ifdef DLLM_TMA_DEVICE
@@ -1247,12 +1238,11 @@ constexpr int kTmaRows = 32; // x's box: M <= 32
 // KS) in clusters of the KS CTAs of a weight slice; 160 threads: warps 0-3
 // multiply, warp 4 issues the copies. CTA rank r takes the CH = K / 64 / KS
 // chunks of K from r CH, through ST stages, each the weights' (NW, 64) box
-// and x's (32, 64) box. Before its PDL wait it also asks the L2 cache for
-// the l2 chunks after the first ST (to measure: DLLM_TMA_L2).
+// and x's (32, 64) box.
 template <int NW, int KS, int ST>
 __global__ void __launch_bounds__(160)
     tgemm_kernel(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap xmap,
-                 const __nv_bfloat16 *res, __nv_bfloat16 *out, int M, int N, int K, int l2) {
+                 const __nv_bfloat16 *res, __nv_bfloat16 *out, int M, int N, int K) {
 #ifdef DLLM_TMA_DEVICE
   constexpr int kW = NW * 128, kStage = kW + kTmaRows * 128; // bytes
   extern __shared__ __align__(16) unsigned char smem_[];
@@ -1276,8 +1266,6 @@ __global__ void __launch_bounds__(160)
         mbar_expect(full0 + 8 * c, kStage);
         tma_load2d(smem_u32(smem + c * kStage), wmap, k0 + 64 * c, nt * NW, full0 + 8 * c);
       }
-    if (lane == 0)
-      for (int c = ST; c < CH && c < ST + l2; c++) tma_prefetch2d(wmap, k0 + 64 * c, nt * NW);
     dep_wait();
     dep_launch();
     if (lane == 0) {
@@ -1320,11 +1308,11 @@ template <int NW, int ST> constexpr size_t tgemm_smem() {
 // silu(g) u with g and u scaled by x's inverse RMS, rounded as there. CTA j
 // takes gate rows [48 j, 48 j + 48) and the same up rows (two boxes a
 // chunk, one 96-row tile) over all of K, so it owns its outputs; it sums
-// x's squares from the tiles it multiplies. l2: as tgemm_kernel's.
+// x's squares from the tiles it multiplies.
 template <int ST, bool SPREAD = true>
 __global__ void __launch_bounds__(160)
     tgemm_gu_kernel(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap xmap,
-                    __nv_bfloat16 *out, int M, int F, int K, float eps, int l2) {
+                    __nv_bfloat16 *out, int M, int F, int K, float eps) {
 #ifdef DLLM_TMA_DEVICE
   using T = __nv_bfloat16;
   constexpr int NH = 48, NW = 2 * NH, kH = NH * 128, kW = NW * 128, kStage = kW + kTmaRows * 128;
@@ -1342,10 +1330,8 @@ __global__ void __launch_bounds__(160)
       tma_load2d(smem_u32(smem + s * kStage), wmap, 64 * c, j0, full0 + 8 * s);
       tma_load2d(smem_u32(smem + s * kStage + kH), wmap, 64 * c, F + j0, full0 + 8 * s);
     };
-    if (lane == 0) {
+    if (lane == 0)
       for (int c = 0; c < CH && c < ST; c++) mbar_expect(full0 + 8 * c, kStage), wload(c, c);
-      for (int c = ST; c < CH && c < ST + l2; c++) tma_prefetch2d(wmap, 64 * c, j0), tma_prefetch2d(wmap, 64 * c, F + j0);
-    }
     dep_wait();
     dep_launch();
     if (lane == 0) {
@@ -1484,35 +1470,6 @@ bool tma_on() {
   return on;
 }
 
-// TmaStages is how many copy stages each TMA GEMM's ring holds: more
-// stages fetch more of a GEMM's weights before its PDL wait, while the
-// kernel before runs, but two kernels' CTAs share an SM only while their
-// shared memory fits together. DLLM_TMA_ST=lin,gu,down (the 64-row-slice
-// projections QKV and output, gate-up, down) overrides the defaults, to
-// measure; a value outside the compiled ones keeps its default.
-// DLLM_TMA_L2=n: each CTA also asks the L2 cache for its n chunks after
-// the staged ones before its PDL wait, so that the weights keep streaming
-// while the kernel before finishes (to measure; 0, none, by default).
-struct TmaStages {
-  int lin = 8, gu = 6, down = 4, l2 = 0;
-};
-const TmaStages &tma_stages() {
-  static const TmaStages st = [] {
-    TmaStages t;
-    const char *e = std::getenv("DLLM_TMA_ST");
-    int a = 0, b = 0, c = 0;
-    if (e && std::sscanf(e, "%d,%d,%d", &a, &b, &c) == 3) {
-      if (a == 4 || a == 6 || a == 8) t.lin = a;
-      if (b >= 4 && b <= 8 && b != 7) t.gu = b;
-      if (c == 3 || c == 4 || c == 5) t.down = c;
-      std::fprintf(stderr, "dllm: TMA GEMM stages lin %d, gate-up %d, down %d\n", t.lin, t.gu, t.down);
-    }
-    if (const char *l = std::getenv("DLLM_TMA_L2")) t.l2 = std::max(0, std::atoi(l));
-    return t;
-  }();
-  return st;
-}
-
 // tgemm launches tgemm_kernel<NW, KS, ST> for the maps.
 template <int NW, int KS, int ST>
 int tgemm(const CUtensorMap &wm, const CUtensorMap &xm, const void *res, void *out, int64_t M, int64_t N, int64_t K,
@@ -1523,7 +1480,7 @@ int tgemm(const CUtensorMap &wm, const CUtensorMap &xm, const void *res, void *o
   if (set != cudaSuccess) return set;
   return launch_in(tgemm_kernel<NW, KS, ST>, dim3(static_cast<unsigned>(N / NW), KS), 160, smem, s, unsigned(KS), wm,
                    xm, static_cast<const __nv_bfloat16 *>(res), static_cast<__nv_bfloat16 *>(out), static_cast<int>(M),
-                   static_cast<int>(N), static_cast<int>(K), tma_stages().l2);
+                   static_cast<int>(N), static_cast<int>(K));
 }
 
 // tgemm_gu launches tgemm_gu_kernel<ST, SPREAD>.
@@ -1535,11 +1492,35 @@ int tgemm_gu(const CUtensorMap &wm, const CUtensorMap &xm, __nv_bfloat16 *out, i
       cudaFuncSetAttribute(tgemm_gu_kernel<ST, SPREAD>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   if (set != cudaSuccess) return set;
   return launch(tgemm_gu_kernel<ST, SPREAD>, dim3(static_cast<unsigned>(F / 48)), 160, smem, s, wm, xm, out,
-                static_cast<int>(M), static_cast<int>(F), static_cast<int>(K), eps, tma_stages().l2);
+                static_cast<int>(M), static_cast<int>(F), static_cast<int>(K), eps);
 }
 
 bool aligned16(const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
+// TmaStages is how many copy stages each TMA GEMM's ring holds: more
+// stages fetch more of a GEMM's weights before its PDL wait, while the
+// kernel before runs, but two kernels' CTAs share an SM only while their
+// shared memory fits together. DLLM_TMA_ST=lin,gu,down (the 64-row-slice
+// projections QKV and output, gate-up, down) overrides the defaults, to
+// measure; a value outside the compiled ones keeps its default.
+struct TmaStages {
+  int lin = 8, gu = 6, down = 4;
+};
+const TmaStages &tma_stages() {
+  static const TmaStages st = [] {
+    TmaStages t;
+    const char *e = std::getenv("DLLM_TMA_ST");
+    int a = 0, b = 0, c = 0;
+    if (e && std::sscanf(e, "%d,%d,%d", &a, &b, &c) == 3) {
+      if (a == 4 || a == 6 || a == 8) t.lin = a;
+      if (b == 4 || b == 6 || b == 8) t.gu = b;
+      if (c == 3 || c == 4 || c == 5) t.down = c;
+      std::fprintf(stderr, "dllm: TMA GEMM stages lin %d, gate-up %d, down %d\n", t.lin, t.gu, t.down);
+    }
+    return t;
+  }();
+  return st;
+}
 #pragma nv_diag_default 177
 #endif // DLLM_SM90A
 
@@ -1780,7 +1761,6 @@ int dtk_tma_gate_up_silu(int dtype, const void *x, const void *w, void *out, int
   if (!spread) return tgemm_gu<6, false>(wm, xm, o, M, F, K, eps, s);
   switch (tma_stages().gu) {
   case 4: return tgemm_gu<4>(wm, xm, o, M, F, K, eps, s);
-  case 5: return tgemm_gu<5>(wm, xm, o, M, F, K, eps, s);
   case 8: return tgemm_gu<8>(wm, xm, o, M, F, K, eps, s);
   default: return tgemm_gu<6>(wm, xm, o, M, F, K, eps, s);
   }
