@@ -15,6 +15,7 @@
 #endif
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -51,7 +52,7 @@ __device__ inline void dep_launch() {
 #endif
 }
 
-// g_early_launch (set by early_launch_init before the kernels first run):
+// g_early_launch (set by early_launch_init):
 // bit 1, the TMA GEMMs let the next kernel launch before their own wait
 // instead of after it; bit 2, the cuDNN path's merge does. The next kernel
 // still waits for this one to finish; it only takes its place and starts
@@ -88,13 +89,18 @@ bool pdl_on() {
   return g_pdl == 1;
 }
 
-void early_launch_init() {
-  static const bool done = [] {
-    const char *e = std::getenv("DLLM_EARLY_LAUNCH");
-    int v = e && *e ? std::atoi(e) : 3;
-    return cudaMemcpyToSymbol(g_early_launch, &v, sizeof v) == cudaSuccess;
-  }();
-  (void)done;
+// early_launch_init sets g_early_launch from $DLLM_EARLY_LAUNCH (default
+// 3) on the first call made outside a stream capture (a synchronous copy
+// would invalidate one; until then the kernels keep the old order, which
+// only costs time). The kernels read it when they run, so graphs captured
+// before it was set follow it too.
+void early_launch_init(cudaStream_t s) {
+  static std::atomic<bool> done{false};
+  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  if (done.load() || cudaStreamIsCapturing(s, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone) return;
+  const char *e = std::getenv("DLLM_EARLY_LAUNCH");
+  int v = e && *e ? std::atoi(e) : 3;
+  if (cudaMemcpyToSymbol(g_early_launch, &v, sizeof v) == cudaSuccess) done.store(true);
 }
 
 // launch_in runs kernel over grid x block with smem bytes of dynamic shared
@@ -1655,7 +1661,7 @@ int dtk_attn_decode_pos(int dtype, const void *q, const void *kc, const void *vc
 int dtk_attn_merge_lse(int dtype, const void *parts, int64_t ps, int64_t ph, int64_t pr, const float *lse,
                        int64_t ls, int64_t lh, int64_t lr, const int64_t *pos, int64_t S, void *out, int64_t T,
                        int64_t H, int64_t Hkv, int64_t splits, void *stream) {
-  early_launch_init();
+  early_launch_init(static_cast<cudaStream_t>(stream));
   auto st = static_cast<cudaStream_t>(stream);
   if (!parts || !lse || !pos || !out || T < 1 || Hkv < 1 || H % Hkv != 0 || splits < 1 || splits > kAD ||
       T * (H / Hkv) > 2147483647)
@@ -1738,7 +1744,7 @@ int dtk_graph_fill_memsets(void *graph, int *replaced) {
 
 int dtk_tma_linear(int dtype, const void *x, const void *w, const void *resid, void *out, int64_t M, int64_t N,
                    int64_t K, void *stream) {
-  early_launch_init();
+  early_launch_init(static_cast<cudaStream_t>(stream));
 #ifdef DLLM_SM90A
   if (!tma_on() || dtype != kBF16 || M < 1 || M > kTmaRows || K % 64 != 0 || !aligned16(x) || !aligned16(w) ||
       !aligned16(out) || (resid && !aligned16(resid)))
@@ -1769,7 +1775,7 @@ int dtk_tma_linear(int dtype, const void *x, const void *w, const void *resid, v
 
 int dtk_tma_gate_up_silu(int dtype, const void *x, const void *w, void *out, int64_t M, int64_t F, int64_t K,
                          float eps, void *stream) {
-  early_launch_init();
+  early_launch_init(static_cast<cudaStream_t>(stream));
 #ifdef DLLM_SM90A
   if (!tma_on() || dtype != kBF16 || M < 1 || M > kTmaRows || K % 64 != 0 || F % 48 != 0 || !aligned16(x) ||
       !aligned16(w) || !aligned16(out))
