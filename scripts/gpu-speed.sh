@@ -22,7 +22,8 @@
 #                     setting of its own
 #   TEST_AB=DLLM_GEMV=0   also run the tests with this setting (same form)
 #   PROBES=gpu_attn_probe.py   scripts to run first (exactness and timing;
-#                     .cu ones, e.g. gemm_pdl_probe.cu, built with nvcc)
+#                     .cu ones, e.g. gemm_pdl_probe.cu, built with nvcc and
+#                     stopped after 300 s: a probe with a grid barrier can hang)
 #   KEEP_SHIM=1       reuse bin/libdllmtorch.so
 #   AR=0              leave out the AR (block 1) points
 set -uo pipefail
@@ -55,7 +56,7 @@ for p in ${PROBES-}; do
 		$CU/bin/nvcc -O2 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o /tmp/${p%.cu} scripts/$p -L"$NV" \
 			-l:libcublas.so.13 -l:libcublasLt.so.13 -Xlinker -rpath="$NV" 2>&1 | grep -E "error" &&
 			echo "$p: build failed"
-		[ -x /tmp/${p%.cu} ] && /tmp/${p%.cu} 2>&1 | sed "s/^/$p: /" ;;
+		[ -x /tmp/${p%.cu} ] && timeout 300 /tmp/${p%.cu} 2>&1 | sed "s/^/$p: /" ;;
 	*) PYTHONPATH=scripts $PY scripts/$p 2>&1 | sed "s/^/$p: /" ;;
 	esac
 done
