@@ -849,6 +849,7 @@ struct Decoder {
   int64_t cudnn_chunks = 0; // $DLLM_ATTN_CUDNN_CHUNKS (8, 16, 32 or 64) instead of chunks' choice, to measure
   bool fill_nodes = false;  // the cuDNN path's graphs get kernel nodes for their memset nodes (see capture)
   int64_t written = 0;      // the cache slots [written, Max) are zero (the cuDNN path reads past the context)
+  at::Tensor post_bar;       // post_fused's barrier counters (DTK_TMA_POST_SYNC bytes, zero at first)
   int graphs = 0;      // capture graphs for query lengths up to this
   std::map<int64_t, int> seen; // forwards per capture key (see forward), before capture
 #ifdef DLLM_CUDA
@@ -1144,13 +1145,41 @@ struct Decoder {
     return silu_mul_(at::linear(y, wgu_n), y);
   }
 
+  // post_fused runs post's sublayers on the residual stream x in place with
+  // one persistent kernel of kernels.cu (dtk_tma_post: the output
+  // projection when ao is given, gate-up and down; the TMA kernels' work
+  // with each phase's weights fetched before the phase before ends) where
+  // it takes the shape: a block step's rows on a Hopper with an SM for each
+  // of its CTAs. False: nothing ran.
+  bool post_fused(DecLayer &ly, const at::Tensor &x, const at::Tensor &ao) {
+#ifdef DLLM_KERNELS
+    if (!kernels || !post_bar.defined() || !x.is_contiguous() || !ly.wgu_n.is_contiguous() ||
+        !ly.wdown.is_contiguous() || (ao.defined() && (!ao.is_contiguous() || !ly.wo.is_contiguous())))
+      return false;
+    auto M = x.size(0), C = x.size(1), F = ly.wdown.size(1);
+    auto scratch = at::empty({dtk_tma_post_scratch(M, F, C)}, x.options().dtype(at::kByte));
+    int r = dtk_tma_post(static_cast<int>(x.scalar_type()), x.data_ptr(), ao.defined() ? ao.data_ptr() : nullptr,
+                         ly.wo.data_ptr(), ly.wo.size(1), ly.wgu_n.data_ptr(), ly.wdown.data_ptr(), scratch.data_ptr(),
+                         post_bar.data_ptr(), M, F, C, static_cast<float>(eps), stream());
+    if (r == DTK_TMA_NO) return false;
+    check_launch(r, "tma post");
+    return true;
+#else
+    return false;
+#endif
+  }
+
   // post is layer l's output projection and MLP on the residual stream x,
   // which it updates in place (the residual adds ride in the matmuls) and
   // returns. In place is safe: nothing reads a layer's input after its
   // post (a forward's graphs all hand the one residual buffer on).
   at::Tensor post(DecLayer &ly, const at::Tensor &x, const at::Tensor &ao) {
+    if (folds(x) && post_fused(ly, x, ao)) return x;
     auto y = lin(ao, ly.wo, x);
-    if (folds(y)) return lin(gate_up_silu(y, ly.wgu_n), ly.wdown, y);
+    if (folds(y)) {
+      if (post_fused(ly, y, at::Tensor())) return y;
+      return lin(gate_up_silu(y, ly.wgu_n), ly.wdown, y);
+    }
     auto gu = lin_in(y, ly.wgu, kInNorm, ly.n2); // (T, 2F)
     return lin_in(gu, ly.wdown, kInSiluMul, at::Tensor(), y);
   }
@@ -1478,6 +1507,7 @@ dt_err dt_decoder_new(dt_tensor embed, dt_tensor norm, dt_tensor head, const dt_
 #ifdef DLLM_KERNELS
     d->kernels = cuda && (st == at::kBFloat16 || st == at::kHalf) && d->D % 2 == 0 && d->D <= 2048 &&
                  d->cos.is_contiguous() && d->cos.scalar_type() == st;
+    if (d->kernels) d->post_bar = at::zeros({DTK_TMA_POST_SYNC / 8}, d->embed.options().dtype(at::kLong));
     // DLLM_GEMV=0 keeps cuBLAS for every matmul (to measure the difference).
     const char *g = std::getenv("DLLM_GEMV");
     d->gemv = d->kernels && !(g && std::string(g) == "0");

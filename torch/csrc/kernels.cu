@@ -1457,6 +1457,385 @@ __global__ void __launch_bounds__(160)
 }
 template <int ST> constexpr size_t tgemm_gu_smem() { return 1024 + size_t(ST + 1) * (96 + kTmaRows) * 128 + kTmaRows * 4 + 16 * ST; }
 
+// --- A block step's post-attention sublayers in one persistent kernel ---------
+//
+// tpost_kernel is, in one grid of F / 48 CTAs (one an SM, no clusters: at
+// one CTA an SM the H200 holds only 15 clusters of 8, the seventeenth
+// session's fused MLP), what three kernels did: the output projection with
+// the residual add (tgemm_kernel<64, 4>; optional), gate-up with its SiLU
+// step (tgemm_gu_kernel) and the down projection with the residual add
+// (tgemm_kernel<128, 8>). What crosses CTAs goes through global memory
+// (L2): the projections' float32 partial products over K, which the CTA
+// that stores a slice's last part sums in rank order with the residual
+// (as cluster_sum_out does), and gate-up's outputs h; a grid barrier
+// after each phase whose outputs the next reads whole (y, h). So the
+// result is the kernels' bit for bit, each CTA multiplying the same chunks
+// in the same order. What it gains: the copier never waits for a phase to end before
+// fetching the next phase's weights, which depend on nothing (the output
+// projection's all and gate-up's first before the PDL wait, during the
+// attention; the down projection's while gate-up's last products, its SiLU
+// step and the barrier run), and fewer kernel boundaries. The grid must be
+// resident at once (dtk_tma_post checks the SMs); it lets the next kernel
+// launch only after its first barrier, so that kernel cannot take an SM
+// one of this grid's CTAs still waits for.
+
+__device__ inline unsigned long long ld_acquire_u64(const unsigned long long *p) {
+  unsigned long long v = 0;
+#ifdef DLLM_TMA_DEVICE
+  asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+#endif
+  return v;
+}
+// proxy_fence_global orders this thread's generic accesses to global
+// memory with the async proxy's (TMA reads h and y, written by plain
+// stores).
+__device__ inline void proxy_fence_global() {
+#ifdef DLLM_TMA_DEVICE
+  asm volatile("fence.proxy.async.global;" ::: "memory");
+#endif
+}
+
+// grid_sync returns once every CTA's multiplying warps (threads 0-127)
+// have called it, their writes before it visible after it. *bar counts
+// arrivals over every barrier of every launch (64 bits: it never wraps):
+// the arrival that finds it at old waits for the multiple of n past old.
+// No reset, so no second atomic after the last arrival (a reset and a
+// generation bump took ~1.9 us from the last arrival to the release,
+// scripts/mlp_probe.cu).
+__device__ inline void grid_sync(unsigned long long *bar, unsigned n) {
+  asm volatile("bar.sync 1, 128;" ::: "memory");
+  if (threadIdx.x == 0) {
+    unsigned long long old = 0;
+#ifdef DLLM_TMA_DEVICE
+    asm volatile("atom.add.release.gpu.global.u64 %0, [%1], 1;" : "=l"(old) : "l"(bar) : "memory");
+#endif
+    const unsigned long long target = (old / n + 1) * n;
+    while (ld_acquire_u64(bar) < target) {
+    }
+  }
+  asm volatile("bar.sync 1, 128;" ::: "memory");
+}
+
+// last_of_slice is called by the multiplying warps once their K part of a
+// weight slice is stored; it says whether this CTA stored the slice's
+// last part (and sees the others': it then sums them). *cnt counts the
+// slice's parts over every launch (KS divides 2^32: it may wrap).
+__device__ inline bool last_of_slice(unsigned *cnt, unsigned KS, int *flag) {
+  asm volatile("bar.sync 1, 128;" ::: "memory");
+  if (threadIdx.x == 0) {
+    unsigned old = 0;
+#ifdef DLLM_TMA_DEVICE
+    asm volatile("atom.add.acq_rel.gpu.global.u32 %0, [%1], 1;" : "=r"(old) : "l"(cnt) : "memory");
+#endif
+    *flag = old % KS == KS - 1;
+  }
+  asm volatile("bar.sync 1, 128;" ::: "memory");
+  return *flag != 0;
+}
+
+// A stage holds the down projection's (128, 64) weight box and x's (32,
+// 64) at kPostW; gate-up's two (48, 64) boxes take 96 of the 128 rows,
+// the output projection's one 64.
+constexpr int kPostND = 128, kPostKS = 8, kPostOS = 4, kPostW = kPostND * 128,
+              kPostStage = kPostW + kTmaRows * 128;
+// The sync area (DTK_TMA_POST_SYNC bytes): the barrier count, then each
+// phase's part counters, up to kPostSlices slices.
+constexpr int kPostSlices = (DTK_TMA_POST_SYNC - 8) / 8;
+
+// DLLM_MLP_TRACE (scripts/mlp_probe.cu only): thread 0 and the copier's
+// lane 0 write %globaltimer at the kernel's steps to g_mlp_trace, (launch,
+// CTA, 12) by the barrier count.
+#ifdef DLLM_MLP_TRACE
+__device__ unsigned long long *g_mlp_trace;
+constexpr int kMlpTraceLaunches = 64, kMlpTraceMarks = 12;
+__device__ inline unsigned long long gtimer() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+#define MLP_MARK(i)                                                                                             \
+  do {                                                                                                          \
+    if (g_mlp_trace && (threadIdx.x == 0 || threadIdx.x == 128))                                              \
+      g_mlp_trace[(size_t(launch_no % kMlpTraceLaunches) * gridDim.x + blockIdx.x) * kMlpTraceMarks + (i)] =   \
+          gtimer();                                                                                             \
+  } while (0)
+#else
+#define MLP_MARK(i)
+#endif
+
+// PostMaps: the tensor maps of tpost_kernel's operands.
+struct PostMaps {
+  CUtensorMap o, ao; // output projection (C, Ko) in (64, 64) boxes; attention output (M, Ko)
+  CUtensorMap gu, x; // gate-up (2F, C) in (48, 64) boxes; the residual stream y (M, C)
+  CUtensorMap dn, h; // down (C, F) in (128, 64) boxes; gate-up's outputs (M, F)
+};
+
+// part_store writes warps 0-1's accumulator rows (< M; warps 2-3 hold
+// rows past x's box) to part (KS, M, C) as K part r's columns [n0, n0 +
+// 8 NJ).
+template <int NJ>
+__device__ inline void part_store(const float (&d)[NJ][4], float *part, int M, int C, int r, int n0) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  if (warp >= 2) return;
+#pragma unroll
+  for (int j = 0; j < NJ; j++)
+#pragma unroll
+    for (int hh = 0; hh < 2; hh++) {
+      const int m = 16 * warp + g + 8 * hh;
+      if (m < M)
+        *reinterpret_cast<float2 *>(part + (size_t(r) * M + m) * C + n0 + 8 * j + 2 * t) =
+            make_float2(d[j][2 * hh], d[j][2 * hh + 1]);
+    }
+}
+
+// tpost_kernel: see above. has_o: the output projection first (y += ao
+// Wo^T); h and part scratch; y the residual stream, updated in place.
+template <int ST>
+__global__ void __launch_bounds__(160, 1)
+    tpost_kernel(const __grid_constant__ PostMaps maps, bool has_o, __nv_bfloat16 *h, float *part, __nv_bfloat16 *y,
+                 unsigned long long *bar, int M, int F, int C, int Ko, float eps) {
+#ifdef DLLM_TMA_DEVICE
+  using T = __nv_bfloat16;
+  constexpr int NH = 48, NG = 2 * NH, NO = 64, ND = kPostND, kH = NH * 128, kW = kPostW, RS = NG + 8;
+  constexpr int kOBytes = NO * 128 + kTmaRows * 128, kGuBytes = 2 * kH + kTmaRows * 128, kDnBytes = kPostStage;
+  extern __shared__ __align__(16) unsigned char smem_[];
+  unsigned char *smem =
+      reinterpret_cast<unsigned char *>((reinterpret_cast<uintptr_t>(smem_) + 1023) & ~uintptr_t(1023));
+  // Past the ring and x's overhang (the 64-row A operand reads 32 rows on):
+  // gate-up's products for the SiLU step (the ring holds down weights by
+  // then), the inverse RMS, the ring's barriers.
+  float *red = reinterpret_cast<float *>(smem + ST * kPostStage + kTmaRows * 128); // (32, RS)
+  float *rinv = red + kTmaRows * RS;
+  uint64_t *bars = reinterpret_cast<uint64_t *>(rinv + kTmaRows);
+  int *flag = reinterpret_cast<int *>(bars + 2 * ST);
+  const unsigned full0 = smem_u32(bars), empty0 = smem_u32(bars + ST);
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, G = gridDim.x, b = blockIdx.x;
+  // The phases' chunks are numbered on through the ring: the output
+  // projection's CHo (slice no, K part ro), gate-up's CHg (gate rows [j0,
+  // j0 + 48) and the same up rows), the down projection's CHd (slice nd,
+  // K part rd).
+  const int CHo = has_o ? Ko / 64 / kPostOS : 0, no = b / kPostOS, ro = b % kPostOS, ko0 = ro * CHo * 64;
+  const int CHg = C / 64, j0 = b * NH, cg = CHo;
+  const int CHd = F / 64 / kPostKS, nd = b / kPostKS, rd = b % kPostKS, kd0 = rd * CHd * 64, cd = CHo + CHg;
+  auto stage = [&](int c) { return smem_u32(smem + (c % ST) * kPostStage); };
+  auto full = [&](int c) { return full0 + 8 * (c % ST); };
+#ifdef DLLM_MLP_TRACE
+  const unsigned long long t_start = gtimer();
+  unsigned launch_no = 0;
+#endif
+  ring_init(full0, empty0, ST);
+
+  if (warp == 4) {
+    // 1. The copier. Weights go as soon as their stage is free; the
+    // activations (ao, then y for gate-up, then h) once they exist: ao
+    // after the PDL wait, y after the output projection's sum (named
+    // barrier 3 with the multipliers), h after gate-up's (barrier 2). A
+    // phase's weights issued ahead of its activations are at most those
+    // whose stages the phase before frees (so that the copier never waits
+    // for a stage that only its own later copies would free).
+    auto wait_free = [&](int c) {
+      if (c >= ST) mbar_wait(empty0 + 8 * (c % ST), (c / ST - 1) & 1);
+    };
+    auto o_w = [&](int i) {
+      mbar_expect(full(i), kOBytes);
+      tma_load2d(stage(i), maps.o, ko0 + 64 * i, no * NO, full(i));
+    };
+    auto gu_w = [&](int j) {
+      const int c = cg + j;
+      mbar_expect(full(c), kGuBytes);
+      tma_load2d(stage(c), maps.gu, 64 * j, j0, full(c));
+      tma_load2d(stage(c) + kH, maps.gu, 64 * j, F + j0, full(c));
+    };
+    auto dn_w = [&](int i) {
+      const int c = cd + i;
+      mbar_expect(full(c), kDnBytes);
+      tma_load2d(stage(c), maps.dn, kd0 + 64 * i, nd * ND, full(c));
+    };
+    const int preg = min(ST, CHg), pred = min(ST, CHd);
+    int g_issued = 0;
+    if (lane == 0) {
+      for (int i = 0; i < CHo; i++) o_w(i);
+      for (; g_issued < preg && cg + g_issued < ST; g_issued++) gu_w(g_issued);
+    }
+    dep_wait();
+#ifdef DLLM_MLP_TRACE
+    launch_no = unsigned(ld_acquire_u64(bar) / (uint64_t(has_o ? 2 : 1) * gridDim.x));
+#endif
+    if (lane == 0) {
+      for (int i = 0; i < CHo; i++) tma_load2d(stage(i) + kW, maps.ao, ko0 + 64 * i, 0, full(i));
+      for (; g_issued < preg; g_issued++) wait_free(cg + g_issued), gu_w(g_issued);
+    }
+    __syncwarp();
+    if (has_o) asm volatile("bar.sync 3, 160;" ::: "memory");
+    if (lane == 0) {
+      if (has_o) proxy_fence_global();
+      for (int j = 0; j < preg; j++) tma_load2d(stage(cg + j) + kW, maps.x, 64 * j, 0, full(cg + j));
+      for (int j = preg; j < CHg; j++) {
+        wait_free(cg + j);
+        gu_w(j);
+        tma_load2d(stage(cg + j) + kW, maps.x, 64 * j, 0, full(cg + j));
+      }
+      for (int i = 0; i < pred; i++) wait_free(cd + i), dn_w(i);
+    }
+    __syncwarp();
+    MLP_MARK(8);
+    asm volatile("bar.sync 2, 160;" ::: "memory");
+    MLP_MARK(9);
+    if (lane == 0) {
+      proxy_fence_global();
+      for (int i = 0; i < pred; i++) tma_load2d(stage(cd + i) + kW, maps.h, kd0 + 64 * i, 0, full(cd + i));
+      for (int i = pred; i < CHd; i++) {
+        wait_free(cd + i);
+        dn_w(i);
+        tma_load2d(stage(cd + i) + kW, maps.h, kd0 + 64 * i, 0, full(cd + i));
+      }
+    }
+    __syncwarp();
+    return;
+  }
+
+  // The multipliers. rel frees chunk c - 1's stage once chunk c's products
+  // are issued (one group stays in flight), except at a phase's first
+  // chunk: each phase frees its last chunk's stage once its products are
+  // done.
+  auto rel = [&](int c, bool first) {
+    wg_wait1();
+    __syncwarp();
+    if (lane == 0 && !first) mbar_arrive(empty0 + 8 * ((c - 1) % ST));
+  };
+  auto rel_last = [&](int c) {
+    __syncwarp();
+    if (lane == 0) mbar_arrive(empty0 + 8 * (c % ST));
+  };
+  const int g = lane / 4, t = lane % 4;
+  // sum_slice: columns [n0, n0 + NW) of every row, the KS parts summed in
+  // order, then the residual, into y.
+  auto sum_slice = [&](int KS, int n0, int NW) {
+    for (int u = tid; u < M * (NW / 4); u += 128) {
+      const int m = u / (NW / 4), col = n0 + 4 * (u % (NW / 4));
+      float4 v = make_float4(0, 0, 0, 0);
+      for (int q = 0; q < KS; q++) {
+        const float4 p = __ldcg(reinterpret_cast<const float4 *>(part + (size_t(q) * M + m) * C + col));
+        v.x += p.x, v.y += p.y, v.z += p.z, v.w += p.w;
+      }
+      T *o = y + size_t(m) * C + col;
+      const uint2 rr = __ldcg(reinterpret_cast<const uint2 *>(o));
+      const float2 r0 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&rr.x));
+      const float2 r1 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&rr.y));
+      v.x += r0.x, v.y += r0.y, v.z += r1.x, v.w += r1.y;
+      __nv_bfloat162 o2[2] = {__floats2bfloat162_rn(v.x, v.y), __floats2bfloat162_rn(v.z, v.w)};
+      *reinterpret_cast<uint2 *>(o) = *reinterpret_cast<const uint2 *>(o2);
+    }
+  };
+  // The slices' part counters follow the barrier count.
+  unsigned *o_cnt = reinterpret_cast<unsigned *>(bar + 1), *d_cnt = o_cnt + kPostSlices;
+  dep_wait();
+#ifdef DLLM_MLP_TRACE
+  launch_no = unsigned(ld_acquire_u64(bar) / (uint64_t(has_o ? 2 : 1) * gridDim.x));
+  if (g_mlp_trace && tid == 0)
+    g_mlp_trace[(size_t(launch_no % kMlpTraceLaunches) * gridDim.x + blockIdx.x) * kMlpTraceMarks] = t_start;
+#endif
+  MLP_MARK(1);
+
+  // 2. The output projection: y += ao Wo^T (its parts, a barrier, the sum).
+  if (has_o) {
+    float d[NO / 8][4] = {};
+    for (int i = 0; i < CHo; i++) {
+      mma_chunk<NO>(d, i, ST, full0, stage(i), stage(i) + kW);
+      rel(i, i == 0);
+    }
+    wg_wait(d);
+    rel_last(CHo - 1);
+    part_store(d, part, M, C, ro, no * NO);
+    if (last_of_slice(o_cnt + no, kPostOS, flag)) sum_slice(kPostOS, no * NO, NO);
+    MLP_MARK(10);
+    proxy_fence_global(); // y is read by other CTAs' TMA copies
+    grid_sync(bar, G);
+    dep_launch(); // every CTA of this grid is resident now
+    MLP_MARK(11);
+    asm volatile("bar.sync 3, 160;" ::: "memory");
+  }
+
+  // 3. Gate-up with its SiLU step (tgemm_gu_kernel's spread form), into h.
+  {
+    const int row = tid / 4, q = tid % 4;
+    float d[NG / 8][4] = {};
+    float ss = 0;
+    for (int j = 0; j < CHg; j++) {
+      const int c = cg + j;
+      mma_chunk<NG>(d, c, ST, full0, stage(c), stage(c) + kW);
+      if (row < M) { // x's squares (the swizzle only moves a row's 16-byte chunks)
+        const uint4 *xr = reinterpret_cast<const uint4 *>(smem + (c % ST) * kPostStage + kW + row * 128 + q * 32);
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+          uint4 v = xr[hh];
+          const T *e = reinterpret_cast<const T *>(&v);
+#pragma unroll
+          for (int i = 0; i < 8; i++) ss += f32(e[i]) * f32(e[i]);
+        }
+      }
+      rel(c, j == 0);
+    }
+    wg_wait(d);
+    MLP_MARK(2);
+    rel_last(cg + CHg - 1);
+    ss += __shfl_xor_sync(0xffffffff, ss, 1);
+    ss += __shfl_xor_sync(0xffffffff, ss, 2);
+    if (q == 0) rinv[row] = rsqrtf(ss / static_cast<float>(C) + eps);
+    if (warp < 2) {
+#pragma unroll
+      for (int j = 0; j < NG / 8; j++)
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++)
+          *reinterpret_cast<float2 *>(red + (16 * warp + g + 8 * hh) * RS + 8 * j + 2 * t) =
+              make_float2(d[j][2 * hh], d[j][2 * hh + 1]);
+    }
+    asm volatile("bar.sync 1, 128;" ::: "memory");
+    for (int u = tid; u < M * (NH / 4); u += 128) {
+      const int m = u / (NH / 4), c = 4 * (u % (NH / 4));
+      const float r = rinv[m];
+      float yv[4];
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        // As cuBLAS's bf16 output then silu_mul_norm_kernel.
+        float gv = round<T>(round<T>(red[m * RS + c + e]) * r), uv = round<T>(round<T>(red[m * RS + NH + c + e]) * r);
+        yv[e] = round<T>(gv / (1.0f + __expf(-gv))) * uv;
+      }
+      __nv_bfloat162 o2[2] = {__floats2bfloat162_rn(yv[0], yv[1]), __floats2bfloat162_rn(yv[2], yv[3])};
+      *reinterpret_cast<uint2 *>(h + size_t(m) * F + j0 + c) = *reinterpret_cast<const uint2 *>(o2);
+    }
+    MLP_MARK(3);
+    proxy_fence_global(); // h is read by other CTAs' TMA copies
+  }
+  grid_sync(bar, G);
+  MLP_MARK(4);
+  if (!has_o) dep_launch();
+  asm volatile("bar.sync 2, 160;" ::: "memory");
+
+  // 4. The down projection: y += h Wd^T (its parts, a barrier, the sum).
+  {
+    float d[ND / 8][4] = {};
+    for (int i = 0; i < CHd; i++) {
+      const int c = cd + i;
+      mma_chunk<ND>(d, c, ST, full0, stage(c), stage(c) + kW);
+      rel(c, i == 0);
+    }
+    wg_wait(d);
+    MLP_MARK(5);
+    part_store(d, part, M, C, rd, nd * ND);
+  }
+  const bool last = last_of_slice(d_cnt + nd, kPostKS, flag);
+  MLP_MARK(6);
+  if (last) sum_slice(kPostKS, nd * ND, ND);
+  MLP_MARK(7);
+#else
+  __trap();
+#endif
+}
+template <int ST> constexpr size_t tpost_smem() {
+  return 1024 + size_t(ST) * kPostStage + kTmaRows * 128 + kTmaRows * (96 + 8) * 4 + kTmaRows * 4 + 16 * ST + 16;
+}
+
 // The driver's cuTensorMapEncodeTiled, found through the runtime (the shim
 // links no libcuda of its own).
 using EncodeTiled = CUresult (*)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
@@ -1524,6 +1903,29 @@ int tgemm_gu(const CUtensorMap &wm, const CUtensorMap &xm, __nv_bfloat16 *out, i
 }
 
 bool aligned16(const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+// tpost launches tpost_kernel<ST> over G CTAs, or says DTK_TMA_NO where the
+// device cannot hold them all at once (the grid barriers would wait for
+// ever).
+template <int ST>
+int tpost(const PostMaps &maps, bool has_o, void *h, void *part, void *y, void *bar, int G, int64_t M, int64_t F,
+          int64_t C, int64_t Ko, float eps, cudaStream_t s) {
+  constexpr size_t smem = tpost_smem<ST>();
+  static const bool ok = [&] {
+    int dev = 0, sms = 0, per = 0;
+    return cudaFuncSetAttribute(tpost_kernel<ST>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) ==
+               cudaSuccess &&
+           cudaGetDevice(&dev) == cudaSuccess &&
+           cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
+           cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, tpost_kernel<ST>, 160, smem) == cudaSuccess &&
+           per >= 1 && sms >= G;
+  }();
+  if (!ok) return DTK_TMA_NO;
+  return launch(tpost_kernel<ST>, dim3(static_cast<unsigned>(G)), 160, smem, s, maps, has_o,
+                static_cast<__nv_bfloat16 *>(h), static_cast<float *>(part), static_cast<__nv_bfloat16 *>(y),
+                static_cast<unsigned long long *>(bar), static_cast<int>(M), static_cast<int>(F), static_cast<int>(C),
+                static_cast<int>(Ko), eps);
+}
 
 // TmaStages is how many copy stages each TMA GEMM's ring holds: more
 // stages fetch more of a GEMM's weights before its PDL wait, while the
@@ -1798,6 +2200,46 @@ int dtk_tma_gate_up_silu(int dtype, const void *x, const void *w, void *out, int
 #else
   return DTK_TMA_NO;
 #endif
+}
+
+int dtk_tma_post(int dtype, void *y, const void *ao, const void *wo, int64_t Ko, const void *wgu, const void *wdown,
+                 void *scratch, void *sync, int64_t M, int64_t F, int64_t C, float eps, void *stream) {
+  early_launch_init(static_cast<cudaStream_t>(stream));
+#ifdef DLLM_SM90A
+  // DLLM_POST_FUSED: 0 off, 1 the MLP only, 2 (default) with the output
+  // projection (to measure).
+  static const int mode = [] {
+    const char *e = std::getenv("DLLM_POST_FUSED");
+    return e && *e ? std::atoi(e) : 2;
+  }();
+  // The grid: F / 48 gate-up slices; as many down parts (C / 128 slices of
+  // 8 K parts) and output projection parts (C / 64 slices of 4).
+  // MiniCPM5-2B: 128 CTAs.
+  const int64_t G = F / 48;
+  const bool has_o = ao && mode >= 2;
+  if (mode < 1 || (ao && !has_o) || !tma_on() || dtype != kBF16 || M < 1 || M > kTmaRows || C % 128 != 0 ||
+      F % 48 != 0 || (F / 64) % kPostKS != 0 || C / kPostND * kPostKS != G || C / 64 > kPostSlices ||
+      (has_o && (C / 64 * kPostOS != G || Ko % (64 * kPostOS) != 0 || !aligned16(ao) || !aligned16(wo))) ||
+      !aligned16(y) || !aligned16(wgu) || !aligned16(wdown) || !aligned16(scratch) || !sync ||
+      reinterpret_cast<uintptr_t>(sync) % 8 != 0)
+    return DTK_TMA_NO;
+  auto h = static_cast<char *>(scratch);
+  auto part = h + M * F * 2;
+  PostMaps maps;
+  if ((has_o && (!tmap2d(&maps.o, wo, C, Ko, 64) || !tmap2d(&maps.ao, ao, M, Ko, kTmaRows))) ||
+      !tmap2d(&maps.gu, wgu, 2 * F, C, 48) || !tmap2d(&maps.x, y, M, C, kTmaRows) ||
+      !tmap2d(&maps.dn, wdown, C, F, kPostND) || !tmap2d(&maps.h, h, M, F, kTmaRows))
+    return cudaErrorInvalidValue;
+  if (!has_o) maps.o = maps.ao = maps.x; // unread
+  return tpost<10>(maps, has_o, h, part, y, sync, int(G), M, F, C, has_o ? Ko : 0, eps,
+                   static_cast<cudaStream_t>(stream));
+#else
+  return DTK_TMA_NO;
+#endif
+}
+
+int64_t dtk_tma_post_scratch(int64_t M, int64_t F, int64_t C) {
+  return (M * F * 2 + 15) / 16 * 16 + int64_t(kPostKS) * M * C * 4;
 }
 
 } // extern "C"

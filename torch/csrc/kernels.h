@@ -137,6 +137,20 @@ int dtk_tma_linear(int dtype, const void *x, const void *w, const void *resid, v
 // (M, F). F a multiple of 48; DTK_TMA_NO as dtk_tma_linear.
 int dtk_tma_gate_up_silu(int dtype, const void *x, const void *w, void *out, int64_t M, int64_t F, int64_t K,
                          float eps, void *stream);
+// dtk_tma_post is a block step's sublayers after the attention on the
+// residual stream y (M, C), in place, in one persistent kernel (grid
+// barriers; the TMA kernels' results bit for bit): y += ao wo^T when ao
+// (M, Ko) is given (wo (C, Ko)), then y += down(dtk_tma_gate_up_silu(y,
+// wgu)) with wgu (2F, C) as there and wdown (C, F). scratch:
+// dtk_tma_post_scratch bytes, 16-byte aligned; sync: DTK_TMA_POST_SYNC
+// bytes, 8-byte aligned and zero before the first call, that no other
+// kernel uses while it runs (counters of barrier arrivals). DTK_TMA_NO where it does not take the shape
+// or the device; DLLM_POST_FUSED=0 turns it off, 1 leaves the output
+// projection out (to measure).
+#define DTK_TMA_POST_SYNC 512
+int dtk_tma_post(int dtype, void *y, const void *ao, const void *wo, int64_t Ko, const void *wgu, const void *wdown,
+                 void *scratch, void *sync, int64_t M, int64_t F, int64_t C, float eps, void *stream);
+int64_t dtk_tma_post_scratch(int64_t M, int64_t F, int64_t C);
 
 #ifdef __cplusplus
 }
