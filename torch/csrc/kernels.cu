@@ -1465,12 +1465,14 @@ template <int ST> constexpr size_t tgemm_gu_smem() { return 1024 + size_t(ST + 1
 // the residual add (tgemm_kernel<64, 4>; optional), gate-up with its SiLU
 // step (tgemm_gu_kernel) and the down projection with the residual add
 // (tgemm_kernel<128, 8>). What crosses CTAs goes through global memory
-// (L2): the projections' float32 partial products over K, which the CTA
-// that stores a slice's last part sums in rank order with the residual
-// (as cluster_sum_out does), and gate-up's outputs h; a grid barrier
-// after each phase whose outputs the next reads whole (y, h). So the
-// result is the kernels' bit for bit, each CTA multiplying the same chunks
-// in the same order. What it gains: the copier never waits for a phase to end before
+// (L2): the projections' float32 partial products over K, summed after a
+// grid barrier in rank order with the residual as cluster_sum_out does
+// (each CTA C / G columns), and gate-up's outputs h. So the result is the
+// kernels' bit for bit, each CTA multiplying the same chunks in the same
+// order. (Summing each slice in the CTA that stores its last part, found
+// with a counter, saves two barriers but was slower: one CTA sums 8 parts
+// of 128 columns in ~5 us; scripts/mlp_probe.cu, eighteenth session.)
+// What it gains: the copier never waits for a phase to end before
 // fetching the next phase's weights, which depend on nothing (the output
 // projection's all and gate-up's first before the PDL wait, during the
 // attention; the down projection's while gate-up's last products, its SiLU
@@ -1516,35 +1518,15 @@ __device__ inline void grid_sync(unsigned long long *bar, unsigned n) {
   asm volatile("bar.sync 1, 128;" ::: "memory");
 }
 
-// last_of_slice is called by the multiplying warps once their K part of a
-// weight slice is stored; it says whether this CTA stored the slice's
-// last part (and sees the others': it then sums them). *cnt counts the
-// slice's parts over every launch (KS divides 2^32: it may wrap).
-__device__ inline bool last_of_slice(unsigned *cnt, unsigned KS, int *flag) {
-  asm volatile("bar.sync 1, 128;" ::: "memory");
-  if (threadIdx.x == 0) {
-    unsigned old = 0;
-#ifdef DLLM_TMA_DEVICE
-    asm volatile("atom.add.acq_rel.gpu.global.u32 %0, [%1], 1;" : "=r"(old) : "l"(cnt) : "memory");
-#endif
-    *flag = old % KS == KS - 1;
-  }
-  asm volatile("bar.sync 1, 128;" ::: "memory");
-  return *flag != 0;
-}
-
 // A stage holds the down projection's (128, 64) weight box and x's (32,
 // 64) at kPostW; gate-up's two (48, 64) boxes take 96 of the 128 rows,
 // the output projection's one 64.
 constexpr int kPostND = 128, kPostKS = 8, kPostOS = 4, kPostW = kPostND * 128,
               kPostStage = kPostW + kTmaRows * 128;
-// The sync area (DTK_TMA_POST_SYNC bytes): the barrier count, then each
-// phase's part counters, up to kPostSlices slices.
-constexpr int kPostSlices = (DTK_TMA_POST_SYNC - 8) / 8;
 
-// DLLM_MLP_TRACE (scripts/mlp_probe.cu only): thread 0 and the copier's
-// lane 0 write %globaltimer at the kernel's steps to g_mlp_trace, (launch,
-// CTA, 12) by the barrier count.
+// DLLM_MLP_TRACE (scripts/mlp_probe.cu only): thread 0 writes
+// %globaltimer at the kernel's steps to g_mlp_trace, (launch, CTA, 12) by
+// the barrier count.
 #ifdef DLLM_MLP_TRACE
 __device__ unsigned long long *g_mlp_trace;
 constexpr int kMlpTraceLaunches = 64, kMlpTraceMarks = 12;
@@ -1555,7 +1537,7 @@ __device__ inline unsigned long long gtimer() {
 }
 #define MLP_MARK(i)                                                                                             \
   do {                                                                                                          \
-    if (g_mlp_trace && (threadIdx.x == 0 || threadIdx.x == 128))                                              \
+    if (g_mlp_trace && threadIdx.x == 0)                                                                      \
       g_mlp_trace[(size_t(launch_no % kMlpTraceLaunches) * gridDim.x + blockIdx.x) * kMlpTraceMarks + (i)] =   \
           gtimer();                                                                                             \
   } while (0)
@@ -1607,7 +1589,6 @@ __global__ void __launch_bounds__(160, 1)
   float *red = reinterpret_cast<float *>(smem + ST * kPostStage + kTmaRows * 128); // (32, RS)
   float *rinv = red + kTmaRows * RS;
   uint64_t *bars = reinterpret_cast<uint64_t *>(rinv + kTmaRows);
-  int *flag = reinterpret_cast<int *>(bars + 2 * ST);
   const unsigned full0 = smem_u32(bars), empty0 = smem_u32(bars + ST);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, G = gridDim.x, b = blockIdx.x;
   // The phases' chunks are numbered on through the ring: the output
@@ -1658,9 +1639,6 @@ __global__ void __launch_bounds__(160, 1)
       for (; g_issued < preg && cg + g_issued < ST; g_issued++) gu_w(g_issued);
     }
     dep_wait();
-#ifdef DLLM_MLP_TRACE
-    launch_no = unsigned(ld_acquire_u64(bar) / (uint64_t(has_o ? 2 : 1) * gridDim.x));
-#endif
     if (lane == 0) {
       for (int i = 0; i < CHo; i++) tma_load2d(stage(i) + kW, maps.ao, ko0 + 64 * i, 0, full(i));
       for (; g_issued < preg; g_issued++) wait_free(cg + g_issued), gu_w(g_issued);
@@ -1678,9 +1656,7 @@ __global__ void __launch_bounds__(160, 1)
       for (int i = 0; i < pred; i++) wait_free(cd + i), dn_w(i);
     }
     __syncwarp();
-    MLP_MARK(8);
     asm volatile("bar.sync 2, 160;" ::: "memory");
-    MLP_MARK(9);
     if (lane == 0) {
       proxy_fence_global();
       for (int i = 0; i < pred; i++) tma_load2d(stage(cd + i) + kW, maps.h, kd0 + 64 * i, 0, full(cd + i));
@@ -1708,11 +1684,12 @@ __global__ void __launch_bounds__(160, 1)
     if (lane == 0) mbar_arrive(empty0 + 8 * (c % ST));
   };
   const int g = lane / 4, t = lane % 4;
-  // sum_slice: columns [n0, n0 + NW) of every row, the KS parts summed in
-  // order, then the residual, into y.
-  auto sum_slice = [&](int KS, int n0, int NW) {
-    for (int u = tid; u < M * (NW / 4); u += 128) {
-      const int m = u / (NW / 4), col = n0 + 4 * (u % (NW / 4));
+  // sum_into_y: this CTA's C / G columns of every row, the KS parts summed
+  // in order, then the residual, into y.
+  auto sum_into_y = [&](int KS) {
+    const int per = C / G;
+    for (int u = tid; u < M * (per / 4); u += 128) {
+      const int m = u / (per / 4), col = b * per + 4 * (u % (per / 4));
       float4 v = make_float4(0, 0, 0, 0);
       for (int q = 0; q < KS; q++) {
         const float4 p = __ldcg(reinterpret_cast<const float4 *>(part + (size_t(q) * M + m) * C + col));
@@ -1727,11 +1704,9 @@ __global__ void __launch_bounds__(160, 1)
       *reinterpret_cast<uint2 *>(o) = *reinterpret_cast<const uint2 *>(o2);
     }
   };
-  // The slices' part counters follow the barrier count.
-  unsigned *o_cnt = reinterpret_cast<unsigned *>(bar + 1), *d_cnt = o_cnt + kPostSlices;
   dep_wait();
 #ifdef DLLM_MLP_TRACE
-  launch_no = unsigned(ld_acquire_u64(bar) / (uint64_t(has_o ? 2 : 1) * gridDim.x));
+  launch_no = unsigned(ld_acquire_u64(bar) / (uint64_t(has_o ? 4 : 2) * gridDim.x));
   if (g_mlp_trace && tid == 0)
     g_mlp_trace[(size_t(launch_no % kMlpTraceLaunches) * gridDim.x + blockIdx.x) * kMlpTraceMarks] = t_start;
 #endif
@@ -1747,11 +1722,12 @@ __global__ void __launch_bounds__(160, 1)
     wg_wait(d);
     rel_last(CHo - 1);
     part_store(d, part, M, C, ro, no * NO);
-    if (last_of_slice(o_cnt + no, kPostOS, flag)) sum_slice(kPostOS, no * NO, NO);
-    MLP_MARK(10);
-    proxy_fence_global(); // y is read by other CTAs' TMA copies
     grid_sync(bar, G);
     dep_launch(); // every CTA of this grid is resident now
+    MLP_MARK(10);
+    sum_into_y(kPostOS);
+    proxy_fence_global(); // y is read by other CTAs' TMA copies
+    grid_sync(bar, G);
     MLP_MARK(11);
     asm volatile("bar.sync 3, 160;" ::: "memory");
   }
@@ -1790,7 +1766,9 @@ __global__ void __launch_bounds__(160, 1)
           *reinterpret_cast<float2 *>(red + (16 * warp + g + 8 * hh) * RS + 8 * j + 2 * t) =
               make_float2(d[j][2 * hh], d[j][2 * hh + 1]);
     }
+    MLP_MARK(8);
     asm volatile("bar.sync 1, 128;" ::: "memory");
+    MLP_MARK(9);
     for (int u = tid; u < M * (NH / 4); u += 128) {
       const int m = u / (NH / 4), c = 4 * (u % (NH / 4));
       const float r = rinv[m];
@@ -1824,16 +1802,16 @@ __global__ void __launch_bounds__(160, 1)
     MLP_MARK(5);
     part_store(d, part, M, C, rd, nd * ND);
   }
-  const bool last = last_of_slice(d_cnt + nd, kPostKS, flag);
+  grid_sync(bar, G);
   MLP_MARK(6);
-  if (last) sum_slice(kPostKS, nd * ND, ND);
+  sum_into_y(kPostKS);
   MLP_MARK(7);
 #else
   __trap();
 #endif
 }
 template <int ST> constexpr size_t tpost_smem() {
-  return 1024 + size_t(ST) * kPostStage + kTmaRows * 128 + kTmaRows * (96 + 8) * 4 + kTmaRows * 4 + 16 * ST + 16;
+  return 1024 + size_t(ST) * kPostStage + kTmaRows * 128 + kTmaRows * (96 + 8) * 4 + kTmaRows * 4 + 16 * ST;
 }
 
 // The driver's cuTensorMapEncodeTiled, found through the runtime (the shim
@@ -2218,7 +2196,7 @@ int dtk_tma_post(int dtype, void *y, const void *ao, const void *wo, int64_t Ko,
   const int64_t G = F / 48;
   const bool has_o = ao && mode >= 2;
   if (mode < 1 || (ao && !has_o) || !tma_on() || dtype != kBF16 || M < 1 || M > kTmaRows || C % 128 != 0 ||
-      F % 48 != 0 || (F / 64) % kPostKS != 0 || C / kPostND * kPostKS != G || C / 64 > kPostSlices ||
+      F % 48 != 0 || (F / 64) % kPostKS != 0 || C / kPostND * kPostKS != G || C % (4 * G) != 0 ||
       (has_o && (C / 64 * kPostOS != G || Ko % (64 * kPostOS) != 0 || !aligned16(ao) || !aligned16(wo))) ||
       !aligned16(y) || !aligned16(wgu) || !aligned16(wdown) || !aligned16(scratch) || !sync ||
       reinterpret_cast<uintptr_t>(sync) % 8 != 0)
