@@ -849,7 +849,7 @@ struct Decoder {
   int64_t cudnn_chunks = 0; // $DLLM_ATTN_CUDNN_CHUNKS (8, 16, 32 or 64) instead of chunks' choice, to measure
   bool fill_nodes = false;  // the cuDNN path's graphs get kernel nodes for their memset nodes (see capture)
   int64_t written = 0;      // the cache slots [written, Max) are zero (the cuDNN path reads past the context)
-  at::Tensor post_bar;       // post_fused's barrier counters (DTK_TMA_POST_SYNC bytes, zero at first)
+  at::Tensor post_bar;      // post_fused's barrier count (DTK_TMA_POST_SYNC bytes, zero at first)
   int graphs = 0;      // capture graphs for query lengths up to this
   std::map<int64_t, int> seen; // forwards per capture key (see forward), before capture
 #ifdef DLLM_CUDA

@@ -144,7 +144,10 @@ int dtk_tma_gate_up_silu(int dtype, const void *x, const void *w, void *out, int
 // wgu)) with wgu (2F, C) as there and wdown (C, F). scratch:
 // dtk_tma_post_scratch bytes, 16-byte aligned; sync: DTK_TMA_POST_SYNC
 // bytes, 8-byte aligned and zero before the first call, that no other
-// kernel uses while it runs (a count of barrier arrivals). DTK_TMA_NO where it does not take the shape
+// kernel uses while it runs (a count of barrier arrivals). The grid must
+// be resident at once: it needs an SM for each of F / 48 CTAs, which
+// kernels of other processes sharing the GPU through MPS could hold (set
+// DLLM_POST_FUSED=0 there). DTK_TMA_NO where it does not take the shape
 // or the device; DLLM_POST_FUSED=0 turns it off, 1 leaves the output
 // projection out (to measure).
 #define DTK_TMA_POST_SYNC 8
