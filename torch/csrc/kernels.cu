@@ -1332,6 +1332,57 @@ template <int NW, int ST> constexpr size_t tgemm_smem() {
   return 1024 + size_t(ST) * (NW + kTmaRows) * 128 + kTmaRows * NW * 4 + 16 * ST;
 }
 
+// x_squares adds to ss the squares of the 16 values of x's row tid / 4
+// (< M) that thread tid % 4 takes from a stage's (32, 64) x box at xs (the
+// 128-byte swizzle only moves a row's 16-byte chunks).
+__device__ inline void x_squares(float &ss, const unsigned char *xs, int M) {
+  const int row = threadIdx.x / 4, q = threadIdx.x % 4;
+  if (row >= M) return;
+  const uint4 *xr = reinterpret_cast<const uint4 *>(xs + row * 128 + q * 32);
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    uint4 v = xr[h];
+    const __nv_bfloat16 *e = reinterpret_cast<const __nv_bfloat16 *>(&v);
+#pragma unroll
+    for (int i = 0; i < 8; i++) ss += f32(e[i]) * f32(e[i]);
+  }
+}
+
+// silu_spread is gate-up's SiLU step spread over the four multiplying
+// warps: d (gate 48 and up 48 columns of the 64-row tile) holds rows 0-31
+// in warps 0 and 1 only, whose threads would each compute 24 outputs as a
+// chain no other warp hides. Their products go through red (32, 104) in
+// shared memory, then each thread takes runs of 4 outputs of one row into
+// out (M, F) at column j0, scaled by rinv as silu_mul_norm_kernel does
+// after cuBLAS's bf16 output. Threads 0-127 call it.
+__device__ inline void silu_spread(const float (&d)[12][4], float *red, const float *rinv, __nv_bfloat16 *out, int M,
+                                   int F, int j0) {
+  using T = __nv_bfloat16;
+  constexpr int NH = 48, RS = 2 * NH + 8; // floats a row; the pad halves bank conflicts
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  if (warp < 2) {
+#pragma unroll
+    for (int j = 0; j < 2 * NH / 8; j++)
+#pragma unroll
+      for (int h = 0; h < 2; h++)
+        *reinterpret_cast<float2 *>(red + (16 * warp + g + 8 * h) * RS + 8 * j + 2 * t) =
+            make_float2(d[j][2 * h], d[j][2 * h + 1]);
+  }
+  asm volatile("bar.sync 1, 128;" ::: "memory");
+  for (int u = tid; u < M * (NH / 4); u += 128) {
+    const int m = u / (NH / 4), c = 4 * (u % (NH / 4));
+    const float r = rinv[m];
+    float y[4];
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      float gv = round<T>(round<T>(red[m * RS + c + e]) * r), uv = round<T>(round<T>(red[m * RS + NH + c + e]) * r);
+      y[e] = round<T>(gv / (1.0f + __expf(-gv))) * uv;
+    }
+    __nv_bfloat162 o2[2] = {__floats2bfloat162_rn(y[0], y[1]), __floats2bfloat162_rn(y[2], y[3])};
+    *reinterpret_cast<uint2 *>(out + size_t(m) * F + j0 + c) = *reinterpret_cast<const uint2 *>(o2);
+  }
+}
+
 // tgemm_gu_kernel is tgemm_kernel for the MLP's gate-up projection with
 // silu_mul_norm_kernel's step in its epilogue: w is the fused (gate; up)
 // weight with the RMSNorm's weight folded in (2F, K), and out (M, F) =
@@ -1384,16 +1435,7 @@ __global__ void __launch_bounds__(160)
     const int s = c % ST;
     const unsigned wb = smem_u32(smem + s * kStage);
     mma_chunk<NW>(d, c, ST, full0, wb, wb + kW);
-    if (row < M) { // x's squares (the swizzle only moves a row's 16-byte chunks)
-      const uint4 *xr = reinterpret_cast<const uint4 *>(smem + s * kStage + kW + row * 128 + q * 32);
-#pragma unroll
-      for (int h = 0; h < 2; h++) {
-        uint4 v = xr[h];
-        const T *e = reinterpret_cast<const T *>(&v);
-#pragma unroll
-        for (int i = 0; i < 8; i++) ss += f32(e[i]) * f32(e[i]);
-      }
-    }
+    x_squares(ss, smem + s * kStage + kW, M);
     release_prev(c, ST, empty0);
   }
   wg_wait(d);
@@ -1403,35 +1445,8 @@ __global__ void __launch_bounds__(160)
   asm volatile("bar.sync 1, 128;" ::: "memory"); // the multiplying warps only
   const int g = lane / 4, t = lane % 4;
   if (SPREAD) {
-    // The SiLU step spread over the four warps: the accumulators hold
-    // rows 0-31 in warps 0 and 1 only, whose threads would each compute 24
-    // outputs as a chain no other warp hides. Their products go through
-    // shared memory (the ring, free once every warp has passed the barrier
-    // above), then each thread takes runs of 4 outputs of one row.
-    constexpr int RS = NW + 8; // floats a row; the pad halves bank conflicts
-    float *red = reinterpret_cast<float *>(smem);
-    if (warp < 2) {
-#pragma unroll
-      for (int j = 0; j < NW / 8; j++)
-#pragma unroll
-        for (int h = 0; h < 2; h++)
-          *reinterpret_cast<float2 *>(red + (16 * warp + g + 8 * h) * RS + 8 * j + 2 * t) =
-              make_float2(d[j][2 * h], d[j][2 * h + 1]);
-    }
-    asm volatile("bar.sync 1, 128;" ::: "memory");
-    for (int u = tid; u < M * (NH / 4); u += 128) {
-      const int m = u / (NH / 4), c = 4 * (u % (NH / 4));
-      const float r = rinv[m];
-      float y[4];
-#pragma unroll
-      for (int e = 0; e < 4; e++) {
-        // As cuBLAS's bf16 output then silu_mul_norm_kernel.
-        float gv = round<T>(round<T>(red[m * RS + c + e]) * r), uv = round<T>(round<T>(red[m * RS + NH + c + e]) * r);
-        y[e] = round<T>(gv / (1.0f + __expf(-gv))) * uv;
-      }
-      __nv_bfloat162 o2[2] = {__floats2bfloat162_rn(y[0], y[1]), __floats2bfloat162_rn(y[2], y[3])};
-      *reinterpret_cast<uint2 *>(out + size_t(m) * F + j0 + c) = *reinterpret_cast<const uint2 *>(o2);
-    }
+    // The ring is free once every warp has passed the barrier above.
+    silu_spread(d, reinterpret_cast<float *>(smem), rinv, out, M, F, j0);
   } else {
 #pragma unroll
     for (int h = 0; h < 2; h++) {
@@ -1525,11 +1540,11 @@ constexpr int kPostND = 128, kPostKS = 8, kPostOS = 4, kPostW = kPostND * 128,
               kPostStage = kPostW + kTmaRows * 128;
 
 // DLLM_MLP_TRACE (scripts/mlp_probe.cu only): thread 0 writes
-// %globaltimer at the kernel's steps to g_mlp_trace, (launch, CTA, 12) by
+// %globaltimer at the kernel's steps to g_mlp_trace, (launch, CTA, 10) by
 // the barrier count.
 #ifdef DLLM_MLP_TRACE
 __device__ unsigned long long *g_mlp_trace;
-constexpr int kMlpTraceLaunches = 64, kMlpTraceMarks = 12;
+constexpr int kMlpTraceLaunches = 64, kMlpTraceMarks = 10;
 __device__ inline unsigned long long gtimer() {
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -1724,11 +1739,11 @@ __global__ void __launch_bounds__(160, 1)
     part_store(d, part, M, C, ro, no * NO);
     grid_sync(bar, G);
     dep_launch(); // every CTA of this grid is resident now
-    MLP_MARK(10);
+    MLP_MARK(8);
     sum_into_y(kPostOS);
     proxy_fence_global(); // y is read by other CTAs' TMA copies
     grid_sync(bar, G);
-    MLP_MARK(11);
+    MLP_MARK(9);
     asm volatile("bar.sync 3, 160;" ::: "memory");
   }
 
@@ -1740,16 +1755,7 @@ __global__ void __launch_bounds__(160, 1)
     for (int j = 0; j < CHg; j++) {
       const int c = cg + j;
       mma_chunk<NG>(d, c, ST, full0, stage(c), stage(c) + kW);
-      if (row < M) { // x's squares (the swizzle only moves a row's 16-byte chunks)
-        const uint4 *xr = reinterpret_cast<const uint4 *>(smem + (c % ST) * kPostStage + kW + row * 128 + q * 32);
-#pragma unroll
-        for (int hh = 0; hh < 2; hh++) {
-          uint4 v = xr[hh];
-          const T *e = reinterpret_cast<const T *>(&v);
-#pragma unroll
-          for (int i = 0; i < 8; i++) ss += f32(e[i]) * f32(e[i]);
-        }
-      }
+      x_squares(ss, smem + (c % ST) * kPostStage + kW, M);
       rel(c, j == 0);
     }
     wg_wait(d);
@@ -1758,30 +1764,7 @@ __global__ void __launch_bounds__(160, 1)
     ss += __shfl_xor_sync(0xffffffff, ss, 1);
     ss += __shfl_xor_sync(0xffffffff, ss, 2);
     if (q == 0) rinv[row] = rsqrtf(ss / static_cast<float>(C) + eps);
-    if (warp < 2) {
-#pragma unroll
-      for (int j = 0; j < NG / 8; j++)
-#pragma unroll
-        for (int hh = 0; hh < 2; hh++)
-          *reinterpret_cast<float2 *>(red + (16 * warp + g + 8 * hh) * RS + 8 * j + 2 * t) =
-              make_float2(d[j][2 * hh], d[j][2 * hh + 1]);
-    }
-    MLP_MARK(8);
-    asm volatile("bar.sync 1, 128;" ::: "memory");
-    MLP_MARK(9);
-    for (int u = tid; u < M * (NH / 4); u += 128) {
-      const int m = u / (NH / 4), c = 4 * (u % (NH / 4));
-      const float r = rinv[m];
-      float yv[4];
-#pragma unroll
-      for (int e = 0; e < 4; e++) {
-        // As cuBLAS's bf16 output then silu_mul_norm_kernel.
-        float gv = round<T>(round<T>(red[m * RS + c + e]) * r), uv = round<T>(round<T>(red[m * RS + NH + c + e]) * r);
-        yv[e] = round<T>(gv / (1.0f + __expf(-gv))) * uv;
-      }
-      __nv_bfloat162 o2[2] = {__floats2bfloat162_rn(yv[0], yv[1]), __floats2bfloat162_rn(yv[2], yv[3])};
-      *reinterpret_cast<uint2 *>(h + size_t(m) * F + j0 + c) = *reinterpret_cast<const uint2 *>(o2);
-    }
+    silu_spread(d, red, rinv, h, M, F, j0); // its barrier also makes rinv visible
     MLP_MARK(3);
     proxy_fence_global(); // h is read by other CTAs' TMA copies
   }
