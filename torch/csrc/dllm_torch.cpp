@@ -1153,7 +1153,9 @@ struct Decoder {
   // of its CTAs. False: nothing ran.
   bool post_fused(DecLayer &ly, const at::Tensor &x, const at::Tensor &ao) {
 #ifdef DLLM_KERNELS
-    if (!kernels || !post_bar.defined() || !x.is_contiguous() || !ly.wgu_n.is_contiguous() ||
+    // Past 32 rows (prefill, a fused commit) the kernel never runs: no
+    // scratch for it then.
+    if (!kernels || !post_bar.defined() || x.size(0) > 32 || !x.is_contiguous() || !ly.wgu_n.is_contiguous() ||
         !ly.wdown.is_contiguous() || (ao.defined() && (!ao.is_contiguous() || !ly.wo.is_contiguous())))
       return false;
     auto M = x.size(0), C = x.size(1), F = ly.wdown.size(1);
