@@ -2,13 +2,14 @@
 // tpost_kernel, dtk_tma_post) spend its time, and is it the kernels it
 // replaces bit for bit? At 32 rows, MiniCPM5-2B's shapes, in CUDA graphs
 // cycling over 12 weight copies (so the 50 MB L2 cannot serve them), the
-// probe compares and times, for the MLP alone and with the output
-// projection first, the TMA kernels the decoder ran before
-// (tgemm_kernel<64, 4>, tgemm_gu_kernel, tgemm_kernel<128, 8>; PDL)
-// against the one kernel; then it replays the one kernel 48 times in a
-// row with DLLM_MLP_TRACE's timestamps and prints, per step of the kernel,
-// when the average and the last CTA got there (us from the grid's first
-// CTA start).
+// probe compares and times, for the MLP alone, with the output projection
+// first and with the next layer's QKV projection after, the TMA kernels
+// the decoder ran before (tgemm_kernel<64, 4>, tgemm_gu_kernel,
+// tgemm_kernel<128, 8>, tgemm_kernel<64, 4> for QKV; PDL) against the one
+// kernel (its QKV parts summed here as the RoPE kernel sums them); then it
+// replays the one kernel, in the decoder's form, 48 times in a row with
+// DLLM_MLP_TRACE's timestamps and prints, per step of the kernel, when the
+// average and the last CTA got there (us from the grid's first CTA start).
 //
 //     NV=$(python3 -c 'import torch,os;print(os.path.dirname(os.path.dirname(torch.__file__)))')/nvidia/cu13/lib
 //     nvcc -O2 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o /tmp/mp scripts/mlp_probe.cu -L$NV \
@@ -27,15 +28,23 @@ using probe::kCopies;
 using probe::rand_bf16;
 using probe::timed;
 
-constexpr int M = 32, C = 2048, F = 6144;
+constexpr int M = 32, C = 2048, F = 6144, NQ = 2560;
+
+// bf16_bits rounds v to bf16 (nearest, ties to even) as __float2bfloat16_rn.
+uint16_t bf16_bits(float v) {
+  uint32_t u;
+  std::memcpy(&u, &v, 4);
+  return uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
 
 } // namespace
 
 int main() {
   cudaStream_t s;
   CK(cudaStreamCreate(&s));
-  std::vector<bf16 *> wo(kCopies), wgu(kCopies), wdn(kCopies);
+  std::vector<bf16 *> wo(kCopies), wgu(kCopies), wdn(kCopies), wq(kCopies);
   for (int r = 0; r < kCopies; r++) {
+    wq[r] = rand_bf16(size_t(NQ) * C, 301 + r, 0.04f);
     wo[r] = rand_bf16(size_t(C) * C, 201 + r, 0.04f);
     wgu[r] = rand_bf16(size_t(2) * F * C, 11 + r, 0.04f);
     wdn[r] = rand_bf16(size_t(C) * F, 101 + r, 0.04f);
@@ -44,38 +53,57 @@ int main() {
   CK(cudaMalloc(&y, size_t(M) * C * 2));
   CK(cudaMalloc(&y2, size_t(M) * C * 2));
   CK(cudaMalloc(&a, size_t(M) * F * 2));
+  bf16 *qkv;
+  float *qpart;
+  CK(cudaMalloc(&qkv, size_t(M) * NQ * 2));
+  CK(cudaMalloc(&qpart, size_t(DTK_TMA_POST_QPARTS) * M * NQ * 4));
   char *scratch;
   CK(cudaMalloc(&scratch, dtk_tma_post_scratch(M, F, C)));
   unsigned long long *bar;
   CK(cudaMalloc(&bar, DTK_TMA_POST_SYNC));
   CK(cudaMemset(bar, 0, DTK_TMA_POST_SYNC));
   const float eps = 1e-6f;
-  // The kernels as the decoder ran them before (with_o: the output
-  // projection first), and the one kernel.
-  auto chain = [&](int r, bf16 *yy, bool with_o) {
-    if (with_o) CK(dtk_tma_linear(kBF16, ao, wo[r], yy, yy, M, C, C, s));
+  // The kernels as the decoder ran them before (form 1: the output
+  // projection first; 2: and the next layer's QKV after), and the one
+  // kernel.
+  auto chain = [&](int r, bf16 *yy, int form) {
+    if (form >= 1) CK(dtk_tma_linear(kBF16, ao, wo[r], yy, yy, M, C, C, s));
     CK(dtk_tma_gate_up_silu(kBF16, yy, wgu[r], a, M, F, C, eps, s));
     CK(dtk_tma_linear(kBF16, a, wdn[r], yy, yy, M, C, F, s));
+    if (form >= 2) CK(dtk_tma_linear(kBF16, yy, wq[(r + 1) % kCopies], nullptr, qkv, M, NQ, C, s));
   };
-  auto fused = [&](int r, bf16 *yy, bool with_o) {
-    CK(dtk_tma_post(kBF16, yy, with_o ? ao : nullptr, wo[r], C, wgu[r], wdn[r], scratch, bar, M, F, C, eps, s));
+  auto fused = [&](int r, bf16 *yy, int form) {
+    CK(dtk_tma_post(kBF16, yy, form >= 1 ? ao : nullptr, wo[r], C, wgu[r], wdn[r],
+                    form >= 2 ? wq[(r + 1) % kCopies] : nullptr, NQ, qpart, scratch, bar, M, F, C, eps, s));
   };
-  std::vector<uint16_t> h1(size_t(M) * C), h2(size_t(M) * C);
-  for (bool with_o : {false, true}) {
-    const char *what = with_o ? "output projection and MLP" : "MLP";
+  std::vector<uint16_t> h1(size_t(M) * C), h2(size_t(M) * C), q1(size_t(M) * NQ);
+  std::vector<float> qp(size_t(DTK_TMA_POST_QPARTS) * M * NQ);
+  for (int form : {0, 1, 2}) {
+    const char *what = form == 2 ? "output, MLP and next QKV" : form == 1 ? "output projection and MLP" : "MLP";
     // 1. The same three layers both ways: equal bit for bit?
     CK(cudaMemcpy(y, x0, size_t(M) * C * 2, cudaMemcpyDeviceToDevice));
     CK(cudaMemcpy(y2, x0, size_t(M) * C * 2, cudaMemcpyDeviceToDevice));
-    for (int r = 0; r < 3; r++) chain(r, y, with_o), fused(r, y2, with_o);
+    for (int r = 0; r < 3; r++) chain(r, y, form), fused(r, y2, form);
     CK(cudaStreamSynchronize(s));
     CK(cudaMemcpy(h1.data(), y, h1.size() * 2, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(h2.data(), y2, h2.size() * 2, cudaMemcpyDeviceToHost));
     size_t diff = 0;
     for (size_t i = 0; i < h1.size(); i++) diff += h1[i] != h2[i];
     std::printf("%s: after 3 layers %zu of %zu values differ\n", what, diff, h1.size());
+    if (form == 2) {
+      CK(cudaMemcpy(q1.data(), qkv, q1.size() * 2, cudaMemcpyDeviceToHost));
+      CK(cudaMemcpy(qp.data(), qpart, qp.size() * 4, cudaMemcpyDeviceToHost));
+      size_t qd = 0;
+      for (size_t i = 0; i < q1.size(); i++) {
+        float v = 0;
+        for (int k = 0; k < DTK_TMA_POST_QPARTS; k++) v += qp[k * q1.size() + i];
+        qd += bf16_bits(v) != q1[i];
+      }
+      std::printf("%s: the last QKV, %zu of %zu values differ\n", what, qd, q1.size());
+    }
     // 2. Times a layer.
     std::printf("%s: kernels %6.1f us, one kernel %6.1f us\n", what,
-                timed(s, [&](int r) { chain(r, y, with_o); }), timed(s, [&](int r) { fused(r, y2, with_o); }));
+                timed(s, [&](int r) { chain(r, y, form); }), timed(s, [&](int r) { fused(r, y2, form); }));
   }
   // 3. The trace: 48 launches in a row, with the output projection.
   const int G = F / 48;
@@ -85,11 +113,11 @@ int main() {
   CK(cudaMemset(tr, 0, n * 8));
   CK(cudaMemcpyToSymbol(g_mlp_trace, &tr, sizeof tr));
   CK(cudaMemset(bar, 0, DTK_TMA_POST_SYNC));
-  for (int l = 0; l < 48; l++) fused(l % kCopies, y2, true);
+  for (int l = 0; l < 48; l++) fused(l % kCopies, y2, 2);
   CK(cudaStreamSynchronize(s));
   std::vector<unsigned long long> ht(n);
   CK(cudaMemcpy(ht.data(), tr, n * 8, cudaMemcpyDeviceToHost));
-  const int K = kMlpTraceMarks, order[] = {0, 1, 8, 9, 2, 3, 4, 5, 6, 7};
+  const int K = kMlpTraceMarks, order[] = {0, 1, 8, 9, 2, 3, 4, 5, 6, 7, 10, 11}, kEnd = 11;
   const char *what[kMlpTraceMarks] = {"start",
                                       "past the PDL wait",
                                       "gate-up products",
@@ -97,15 +125,17 @@ int main() {
                                       "past barrier 1",
                                       "down products",
                                       "past barrier 2",
-                                      "end",
+                                      "down summed",
                                       "output: past its parts' barrier",
-                                      "output: past its sum's barrier"};
+                                      "output: past its sum's barrier",
+                                      "QKV: past y's barrier",
+                                      "end (QKV parts stored)"};
   double avg[kMlpTraceMarks] = {}, last[kMlpTraceMarks] = {}, gap = 0;
   int L = 0;
   for (int l = 8; l < 47; l++, L++) {
     const unsigned long long *t = ht.data() + size_t(l) * G * K;
     unsigned long long t0 = ~0ull, end = 0, next = ~0ull;
-    for (int b = 0; b < G; b++) t0 = std::min(t0, t[b * K]), end = std::max(end, t[b * K + 7]);
+    for (int b = 0; b < G; b++) t0 = std::min(t0, t[b * K]), end = std::max(end, t[b * K + kEnd]);
     for (int b = 0; b < G; b++) next = std::min(next, ht[(size_t(l + 1) * G + b) * K + 1]);
     gap += (double(next) - double(end)) / 1e3;
     for (int i = 0; i < K; i++) {

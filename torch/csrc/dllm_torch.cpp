@@ -958,16 +958,21 @@ struct Decoder {
   // pre is layer l's attention input: RMSNorm, fused QKV, RoPE; it writes the
   // keys and values of positions (T) into the cache and returns q (1, T, H, D),
   // or with fold_q (kernels only) q folded for attend_cudnn: (1, Hkv, T G, D).
-  at::Tensor pre(DecLayer &ly, const at::Tensor &x, const at::Tensor &positions, bool fold_q = false) {
+  // qparts, when defined: the fused QKV's split-K parts already computed
+  // by the layer before's post_fused (DTK_TMA_POST_QPARTS, T, (H+2Hkv)D).
+  at::Tensor pre(DecLayer &ly, const at::Tensor &x, const at::Tensor &positions, bool fold_q = false,
+                 const at::Tensor &qparts = at::Tensor()) {
     auto Tn = x.size(0);
     bool f = folds(x);
-    auto qkv = ly.bqkv.defined() ? at::linear(norm_(x, ly.n1), ly.wqkv, ly.bqkv)
-               : f               ? lin(x, ly.wqkv_n)
-                                 : lin_in(x, ly.wqkv, kInNorm, ly.n1); // (T, (H+2Hkv)D)
+    auto qkv = qparts.defined()  ? qparts
+               : ly.bqkv.defined() ? at::linear(norm_(x, ly.n1), ly.wqkv, ly.bqkv)
+               : f                 ? lin(x, ly.wqkv_n)
+                                   : lin_in(x, ly.wqkv, kInNorm, ly.n1); // (T, (H+2Hkv)D)
 #ifdef DLLM_KERNELS
     if (kernels) {
       auto q = at::empty({Tn, H, D}, x.options());
-      check_launch(dtk_rope_qkv(static_cast<int>(x.scalar_type()), qkv.data_ptr(), cos.data_ptr(), sin.data_ptr(),
+      check_launch(dtk_rope_qkv(static_cast<int>(x.scalar_type()), qkv.data_ptr(),
+                                qparts.defined() ? int(qparts.size(0)) : 0, cos.data_ptr(), sin.data_ptr(),
                                 positions.data_ptr<int64_t>(), q.data_ptr(), ly.kc.data_ptr(), ly.vc.data_ptr(), Tn,
                                 H, Hkv, D, f ? x.data_ptr() : nullptr, x.size(1), static_cast<float>(eps),
                                 fold_q ? 1 : 0, stream()),
@@ -975,7 +980,7 @@ struct Decoder {
       return fold_q ? q.view({1, Hkv, Tn * (H / Hkv), D}) : q.unsqueeze(0);
     }
 #endif
-    TORCH_CHECK(!fold_q, "decoder: a folded q needs the shim's kernels");
+    TORCH_CHECK(!fold_q && !qparts.defined(), "decoder: a folded q or QKV parts need the shim's kernels");
     auto q = qkv.narrow(1, 0, H * D).view({Tn, H, D});
     auto k = qkv.narrow(1, H * D, Hkv * D).view({Tn, Hkv, D});
     auto v = qkv.narrow(1, (H + Hkv) * D, Hkv * D).view({Tn, Hkv, D});
@@ -1150,8 +1155,11 @@ struct Decoder {
   // projection when ao is given, gate-up and down; the TMA kernels' work
   // with each phase's weights fetched before the phase before ends) where
   // it takes the shape: a block step's rows on a Hopper with an SM for each
-  // of its CTAs. False: nothing ran.
-  bool post_fused(DecLayer &ly, const at::Tensor &x, const at::Tensor &ao) {
+  // of its CTAs. Given next, the layer after, it also sets qparts to that
+  // layer's QKV parts for pre where the kernel takes them (else leaves it
+  // undefined). False: nothing ran.
+  bool post_fused(DecLayer &ly, const at::Tensor &x, const at::Tensor &ao, DecLayer *next = nullptr,
+                  at::Tensor *qparts = nullptr) {
 #ifdef DLLM_KERNELS
     // Past 32 rows (prefill, a fused commit) the kernel never runs: no
     // scratch for it then.
@@ -1160,9 +1168,20 @@ struct Decoder {
       return false;
     auto M = x.size(0), C = x.size(1), F = ly.wdown.size(1);
     auto scratch = at::empty({dtk_tma_post_scratch(M, F, C)}, x.options().dtype(at::kByte));
-    int r = dtk_tma_post(static_cast<int>(x.scalar_type()), x.data_ptr(), ao.defined() ? ao.data_ptr() : nullptr,
-                         ly.wo.data_ptr(), ly.wo.size(1), ly.wgu_n.data_ptr(), ly.wdown.data_ptr(), scratch.data_ptr(),
-                         post_bar.data_ptr(), M, F, C, static_cast<float>(eps), stream());
+    auto run = [&](const at::Tensor &wq, const at::Tensor &qp) {
+      return dtk_tma_post(static_cast<int>(x.scalar_type()), x.data_ptr(), ao.defined() ? ao.data_ptr() : nullptr,
+                          ly.wo.data_ptr(), ly.wo.size(1), ly.wgu_n.data_ptr(), ly.wdown.data_ptr(),
+                          wq.defined() ? wq.data_ptr() : nullptr, wq.defined() ? wq.size(0) : 0,
+                          qp.defined() ? qp.data_ptr<float>() : nullptr, scratch.data_ptr(), post_bar.data_ptr(), M,
+                          F, C, static_cast<float>(eps), stream());
+    };
+    int r = DTK_TMA_NO;
+    if (next && qparts && next->wqkv_n.defined() && next->wqkv_n.is_contiguous()) {
+      auto qp = at::empty({DTK_TMA_POST_QPARTS, M, next->wqkv_n.size(0)}, x.options().dtype(at::kFloat));
+      r = run(next->wqkv_n, qp);
+      if (r != DTK_TMA_NO) *qparts = qp;
+    }
+    if (r == DTK_TMA_NO) r = run(at::Tensor(), at::Tensor());
     if (r == DTK_TMA_NO) return false;
     check_launch(r, "tma post");
     return true;
@@ -1174,12 +1193,16 @@ struct Decoder {
   // post is layer l's output projection and MLP on the residual stream x,
   // which it updates in place (the residual adds ride in the matmuls) and
   // returns. In place is safe: nothing reads a layer's input after its
-  // post (a forward's graphs all hand the one residual buffer on).
-  at::Tensor post(DecLayer &ly, const at::Tensor &x, const at::Tensor &ao) {
-    if (folds(x) && post_fused(ly, x, ao)) return x;
+  // post (a forward's graphs all hand the one residual buffer on). Given
+  // next and qparts, post_fused may also compute next's QKV parts (*qparts
+  // is reset first: undefined when it did not).
+  at::Tensor post(DecLayer &ly, const at::Tensor &x, const at::Tensor &ao, DecLayer *next = nullptr,
+                  at::Tensor *qparts = nullptr) {
+    if (qparts) *qparts = at::Tensor();
+    if (folds(x) && post_fused(ly, x, ao, next, qparts)) return x;
     auto y = lin(ao, ly.wo, x);
     if (folds(y)) {
-      if (post_fused(ly, y, at::Tensor())) return y;
+      if (post_fused(ly, y, at::Tensor(), next, qparts)) return y;
       return lin(gate_up_silu(y, ly.wgu_n), ly.wdown, y);
     }
     auto gu = lin_in(y, ly.wgu, kInNorm, ly.n2); // (T, 2F)
@@ -1187,14 +1210,19 @@ struct Decoder {
   }
 
 
+  // next_layer is layer l + 1, or null after the last.
+  DecLayer *next_layer(size_t l) { return l + 1 < layers.size() ? &layers[l + 1] : nullptr; }
+
   // eager is the forward without graphs; it returns the final hidden states.
   at::Tensor eager(const at::Tensor &ids, int64_t pos, int64_t causal) {
     auto Tn = ids.numel();
     auto positions = at::arange(pos, pos + Tn, ids.options().dtype(at::kLong));
     auto x = embed.index_select(0, ids); // (T, C)
-    for (auto &ly : layers) {
-      auto q = pre(ly, x, positions);
-      x = post(ly, x, attend(ly, q, pos, causal).reshape({Tn, H * D}));
+    at::Tensor qp; // the next layer's QKV parts, when post computed them
+    for (size_t l = 0; l < layers.size(); l++) {
+      auto &ly = layers[l];
+      auto q = pre(ly, x, positions, false, qp);
+      x = post(ly, x, attend(ly, q, pos, causal).reshape({Tn, H * D}), next_layer(l), &qp);
     }
     return norm_(x, norm);
   }
@@ -1239,7 +1267,12 @@ struct Decoder {
 #endif
       g->capture_begin(pool, cudaStreamCaptureModeThreadLocal);
       auto x = embed.index_select(0, c.ids);
-      for (auto &ly : layers) x = post(ly, x, attend_all(ly, pre(ly, x, c.pos, bucket > 0), c.pos, rows, bucket));
+      at::Tensor qp; // as in eager
+      for (size_t l = 0; l < layers.size(); l++) {
+        auto &ly = layers[l];
+        auto a = attend_all(ly, pre(ly, x, c.pos, bucket > 0, qp), c.pos, rows, bucket);
+        x = post(ly, x, a, next_layer(l), &qp);
+      }
       c.hn = norm_(x, norm);
       g->capture_end();
 #ifdef DLLM_CUDNN_ATTN

@@ -220,23 +220,38 @@ template <typename T> __device__ inline float inv_rms(const T *x, int C, float e
 // x itself, not of its RMSNorm (the norm's weight is folded into the
 // projection's columns, see dtk_rope_qkv), so each value is first scaled by
 // x_t's inverse RMS and rounded, which is what the projection of the
-// normalised row gives up to rounding.
+// normalised row gives up to rounding. parts > 0: qkv is float (parts, T,
+// N), summed in order and rounded first (the split-K sum the projection's
+// kernel would have done), and x is the kernel before's output.
 template <typename T, bool NORM>
-__global__ void rope_qkv_kernel(const T *qkv, const T *cos, const T *sin, const int64_t *pos, T *q, T *kc, T *vc,
-                                int64_t H, int64_t Hkv, int64_t D, const T *x, int C, float eps, bool fold) {
-  const int64_t t = blockIdx.x, half = D / 2, i = threadIdx.x % half;
+__global__ void rope_qkv_kernel(const void *qkv, int parts, const T *cos, const T *sin, const int64_t *pos, T *q,
+                                T *kc, T *vc, int64_t H, int64_t Hkv, int64_t D, const T *x, int C, float eps,
+                                bool fold) {
+  const int64_t t = blockIdx.x, half = D / 2, i = threadIdx.x % half, N = (H + 2 * Hkv) * D;
   const int64_t h = int64_t(blockIdx.y) * (blockDim.x / half) + threadIdx.x / half;
   // The positions (written when the forward starts, several kernels back:
   // see attn_decode_kernel), the tables and x (the input of the projection
-  // just before) are read before the wait.
-  const float r = NORM ? inv_rms(x + t * C, C, eps) : 1.0f;
+  // just before, unless that was the kernel before) are read before the
+  // wait. Every thread of the block takes part in inv_rms's sum.
+  float r = NORM && parts == 0 ? inv_rms(x + t * C, C, eps) : 1.0f;
+  if (NORM && parts > 0) {
+    dep_wait();
+    r = inv_rms(x + t * C, C, eps);
+  }
   if (h >= H + 2 * Hkv) { // a block's spare heads (the last block)
     dep_wait();
     dep_launch();
     return;
   }
-  const T *src = qkv + (t * (H + 2 * Hkv) + h) * D;
-  auto in = [&](int64_t j) { return NORM ? round<T>(f32(src[j]) * r) : f32(src[j]); };
+  const int64_t at = t * N + h * D;
+  auto raw = [&](int64_t j) {
+    if (parts == 0) return f32(static_cast<const T *>(qkv)[at + j]);
+    const float *p = static_cast<const float *>(qkv) + at + j;
+    float v = 0;
+    for (int k = 0; k < parts; k++) v += p[k * gridDim.x * N];
+    return round<T>(v);
+  };
+  auto in = [&](int64_t j) { return NORM ? round<T>(raw(j) * r) : raw(j); };
   int64_t p = pos[t];
   if (h >= H + Hkv) { // a value head: copied as is
     dep_wait();
@@ -439,12 +454,12 @@ template <typename T> int rms_norm(const void *x, const void *w, void *out, int6
 }
 
 template <typename T>
-int rope_qkv(const void *qkv, const void *cos, const void *sin, const int64_t *pos, void *q, void *kc, void *vc,
-             int64_t Tn, int64_t H, int64_t Hkv, int64_t D, const void *x, int64_t C, float eps, bool fold,
+int rope_qkv(const void *qkv, int parts, const void *cos, const void *sin, const int64_t *pos, void *q, void *kc,
+             void *vc, int64_t Tn, int64_t H, int64_t Hkv, int64_t D, const void *x, int64_t C, float eps, bool fold,
              cudaStream_t s) {
   if (!x) {
     dim3 grid(Tn, H + 2 * Hkv);
-    return launch(rope_qkv_kernel<T, false>, grid, static_cast<unsigned>(D / 2), 0, s, static_cast<const T *>(qkv),
+    return launch(rope_qkv_kernel<T, false>, grid, static_cast<unsigned>(D / 2), 0, s, qkv, parts,
                   static_cast<const T *>(cos), static_cast<const T *>(sin), pos, static_cast<T *>(q),
                   static_cast<T *>(kc), static_cast<T *>(vc), H, Hkv, D, static_cast<const T *>(nullptr), 0, eps,
                   fold);
@@ -452,8 +467,8 @@ int rope_qkv(const void *qkv, const void *cos, const void *sin, const int64_t *p
   // Several heads a block, so that fewer blocks each read x's row.
   int64_t hb = D / 2 >= 256 ? 1 : 256 / (D / 2), heads = H + 2 * Hkv;
   dim3 grid(Tn, (heads + hb - 1) / hb);
-  return launch(rope_qkv_kernel<T, true>, grid, static_cast<unsigned>(hb * (D / 2)), 0, s,
-                static_cast<const T *>(qkv), static_cast<const T *>(cos), static_cast<const T *>(sin), pos,
+  return launch(rope_qkv_kernel<T, true>, grid, static_cast<unsigned>(hb * (D / 2)), 0, s, qkv, parts,
+                static_cast<const T *>(cos), static_cast<const T *>(sin), pos,
                 static_cast<T *>(q), static_cast<T *>(kc), static_cast<T *>(vc), H, Hkv, D,
                 static_cast<const T *>(x), static_cast<int>(C), eps, fold);
 }
@@ -1174,6 +1189,15 @@ template <> __device__ inline void wgmma_ss<64>(float (&d)[8][4], uint64_t a, ui
                : "l"(a), "l"(b), "r"(1));
 #endif
 }
+template <> __device__ inline void wgmma_ss<80>(float (&d)[10][4], uint64_t a, uint64_t b) {
+#ifdef DLLM_TMA_DEVICE
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %42, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n80k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39}, "
+               "%40, %41, p, 1, 1, 0, 0;\n}\n"
+               : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3])
+               : "l"(a), "l"(b), "r"(1));
+#endif
+}
 template <> __device__ inline void wgmma_ss<96>(float (&d)[12][4], uint64_t a, uint64_t b) {
 #ifdef DLLM_TMA_DEVICE
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %50, 0;\n"
@@ -1369,17 +1393,29 @@ __device__ inline void silu_spread(const float (&d)[12][4], float *red, const fl
             make_float2(d[j][2 * h], d[j][2 * h + 1]);
   }
   asm volatile("bar.sync 1, 128;" ::: "memory");
-  for (int u = tid; u < M * (NH / 4); u += 128) {
-    const int m = u / (NH / 4), c = 4 * (u % (NH / 4));
-    const float r = rinv[m];
+  // A thread's (at most) three runs are loaded first and then computed in
+  // one unrolled body, so that their chains (roundings, exp, IEEE division)
+  // interleave: each warp is alone on its sub-partition here.
+  constexpr int kRuns = kTmaRows * (NH / 4) / 128;
+  float gu[kRuns][2][4], r[kRuns];
+#pragma unroll
+  for (int i = 0; i < kRuns; i++) {
+    const int u = tid + 128 * i, m = min(u / (NH / 4), M - 1), c = 4 * (u % (NH / 4));
+    r[i] = rinv[m];
+#pragma unroll
+    for (int e = 0; e < 4; e++) gu[i][0][e] = red[m * RS + c + e], gu[i][1][e] = red[m * RS + NH + c + e];
+  }
+#pragma unroll
+  for (int i = 0; i < kRuns; i++) {
+    const int u = tid + 128 * i, m = u / (NH / 4), c = 4 * (u % (NH / 4));
     float y[4];
 #pragma unroll
     for (int e = 0; e < 4; e++) {
-      float gv = round<T>(round<T>(red[m * RS + c + e]) * r), uv = round<T>(round<T>(red[m * RS + NH + c + e]) * r);
+      float gv = round<T>(round<T>(gu[i][0][e]) * r[i]), uv = round<T>(round<T>(gu[i][1][e]) * r[i]);
       y[e] = round<T>(gv / (1.0f + __expf(-gv))) * uv;
     }
     __nv_bfloat162 o2[2] = {__floats2bfloat162_rn(y[0], y[1]), __floats2bfloat162_rn(y[2], y[3])};
-    *reinterpret_cast<uint2 *>(out + size_t(m) * F + j0 + c) = *reinterpret_cast<const uint2 *>(o2);
+    if (m < M) *reinterpret_cast<uint2 *>(out + size_t(m) * F + j0 + c) = *reinterpret_cast<const uint2 *>(o2);
   }
 }
 
@@ -1494,7 +1530,12 @@ template <int ST> constexpr size_t tgemm_gu_smem() { return 1024 + size_t(ST + 1
 // step and the barrier run), and fewer kernel boundaries. The grid must be
 // resident at once (dtk_tma_post checks the SMs); it lets the next kernel
 // launch only after its first barrier, so that kernel cannot take an SM
-// one of this grid's CTAs still waits for.
+// one of this grid's CTAs still waits for. Optionally it also runs the next
+// layer's QKV projection (tgemm_kernel<64, 4>'s work as (80-row slice, K
+// / 4) parts, one a CTA) after one more barrier, its weights fetched while
+// the down projection runs; its float32 parts go to the RoPE kernel, which
+// sums them in rank order as cluster_sum_out would (the QKV kernel's
+// boundary and ramp added ~7 us a layer for ~2.5 us of bytes).
 
 __device__ inline unsigned long long ld_acquire_u64(const unsigned long long *p) {
   unsigned long long v = 0;
@@ -1536,7 +1577,7 @@ __device__ inline void grid_sync(unsigned long long *bar, unsigned n) {
 // A stage holds the down projection's (128, 64) weight box and x's (32,
 // 64) at kPostW; gate-up's two (48, 64) boxes take 96 of the 128 rows,
 // the output projection's one 64.
-constexpr int kPostND = 128, kPostKS = 8, kPostOS = 4, kPostW = kPostND * 128,
+constexpr int kPostND = 128, kPostKS = 8, kPostOS = 4, kPostNQ = 80, kPostQS = 4, kPostW = kPostND * 128,
               kPostStage = kPostW + kTmaRows * 128;
 
 // DLLM_MLP_TRACE (scripts/mlp_probe.cu only): thread 0 writes
@@ -1544,7 +1585,7 @@ constexpr int kPostND = 128, kPostKS = 8, kPostOS = 4, kPostW = kPostND * 128,
 // the barrier count.
 #ifdef DLLM_MLP_TRACE
 __device__ unsigned long long *g_mlp_trace;
-constexpr int kMlpTraceLaunches = 64, kMlpTraceMarks = 10;
+constexpr int kMlpTraceLaunches = 64, kMlpTraceMarks = 12;
 __device__ inline unsigned long long gtimer() {
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -1565,6 +1606,7 @@ struct PostMaps {
   CUtensorMap o, ao; // output projection (C, Ko) in (64, 64) boxes; attention output (M, Ko)
   CUtensorMap gu, x; // gate-up (2F, C) in (48, 64) boxes; the residual stream y (M, C)
   CUtensorMap dn, h; // down (C, F) in (128, 64) boxes; gate-up's outputs (M, F)
+  CUtensorMap q;     // the next layer's folded QKV (Nq, C) in (80, 64) boxes
 };
 
 // part_store writes warps 0-1's accumulator rows (< M; warps 2-3 hold
@@ -1586,15 +1628,18 @@ __device__ inline void part_store(const float (&d)[NJ][4], float *part, int M, i
 }
 
 // tpost_kernel: see above. has_o: the output projection first (y += ao
-// Wo^T); h and part scratch; y the residual stream, updated in place.
+// Wo^T); h and part scratch; y the residual stream, updated in place;
+// has_q: then qpart (kPostQS, M, Nq) = the K parts of y Wq^T.
 template <int ST>
 __global__ void __launch_bounds__(160, 1)
-    tpost_kernel(const __grid_constant__ PostMaps maps, bool has_o, __nv_bfloat16 *h, float *part, __nv_bfloat16 *y,
-                 unsigned long long *bar, int M, int F, int C, int Ko, float eps) {
+    tpost_kernel(const __grid_constant__ PostMaps maps, bool has_o, bool has_q, __nv_bfloat16 *h, float *part,
+                 __nv_bfloat16 *y, float *qpart, unsigned long long *bar, int M, int F, int C, int Ko, int Nq,
+                 float eps) {
 #ifdef DLLM_TMA_DEVICE
   using T = __nv_bfloat16;
-  constexpr int NH = 48, NG = 2 * NH, NO = 64, ND = kPostND, kH = NH * 128, kW = kPostW, RS = NG + 8;
-  constexpr int kOBytes = NO * 128 + kTmaRows * 128, kGuBytes = 2 * kH + kTmaRows * 128, kDnBytes = kPostStage;
+  constexpr int NH = 48, NG = 2 * NH, NO = 64, ND = kPostND, NQ = kPostNQ, kH = NH * 128, kW = kPostW, RS = NG + 8;
+  constexpr int kOBytes = NO * 128 + kTmaRows * 128, kGuBytes = 2 * kH + kTmaRows * 128, kDnBytes = kPostStage,
+                kQBytes = NQ * 128 + kTmaRows * 128;
   extern __shared__ __align__(16) unsigned char smem_[];
   unsigned char *smem =
       reinterpret_cast<unsigned char *>((reinterpret_cast<uintptr_t>(smem_) + 1023) & ~uintptr_t(1023));
@@ -1609,10 +1654,12 @@ __global__ void __launch_bounds__(160, 1)
   // The phases' chunks are numbered on through the ring: the output
   // projection's CHo (slice no, K part ro), gate-up's CHg (gate rows [j0,
   // j0 + 48) and the same up rows), the down projection's CHd (slice nd,
-  // K part rd).
+  // K part rd), the QKV projection's CHq (slice nq, K part rq).
   const int CHo = has_o ? Ko / 64 / kPostOS : 0, no = b / kPostOS, ro = b % kPostOS, ko0 = ro * CHo * 64;
   const int CHg = C / 64, j0 = b * NH, cg = CHo;
   const int CHd = F / 64 / kPostKS, nd = b / kPostKS, rd = b % kPostKS, kd0 = rd * CHd * 64, cd = CHo + CHg;
+  const int CHq = has_q ? C / 64 / kPostQS : 0, nq = b / kPostQS, rq = b % kPostQS, kq0 = rq * CHq * 64,
+            cq = cd + CHd;
   auto stage = [&](int c) { return smem_u32(smem + (c % ST) * kPostStage); };
   auto full = [&](int c) { return full0 + 8 * (c % ST); };
 #ifdef DLLM_MLP_TRACE
@@ -1646,6 +1693,11 @@ __global__ void __launch_bounds__(160, 1)
       const int c = cd + i;
       mbar_expect(full(c), kDnBytes);
       tma_load2d(stage(c), maps.dn, kd0 + 64 * i, nd * ND, full(c));
+    };
+    auto q_w = [&](int j) {
+      const int c = cq + j;
+      mbar_expect(full(c), kQBytes);
+      tma_load2d(stage(c), maps.q, 64 * j, nq * NQ, full(c));
     };
     const int preg = min(ST, CHg), pred = min(ST, CHd);
     int g_issued = 0;
@@ -1682,6 +1734,25 @@ __global__ void __launch_bounds__(160, 1)
       }
     }
     __syncwarp();
+    if (has_q) {
+      // The QKV weights as down's stages free; y's columns once summed
+      // (named barrier 4).
+      const int preq = min(ST, CHq);
+      if (lane == 0)
+        for (int j = 0; j < preq; j++) wait_free(cq + j), q_w(j);
+      __syncwarp();
+      asm volatile("bar.sync 4, 160;" ::: "memory");
+      if (lane == 0) {
+        proxy_fence_global();
+        for (int j = 0; j < preq; j++) tma_load2d(stage(cq + j) + kW, maps.x, kq0 + 64 * j, 0, full(cq + j));
+        for (int j = preq; j < CHq; j++) {
+          wait_free(cq + j);
+          q_w(j);
+          tma_load2d(stage(cq + j) + kW, maps.x, kq0 + 64 * j, 0, full(cq + j));
+        }
+      }
+      __syncwarp();
+    }
     return;
   }
 
@@ -1721,7 +1792,7 @@ __global__ void __launch_bounds__(160, 1)
   };
   dep_wait();
 #ifdef DLLM_MLP_TRACE
-  launch_no = unsigned(ld_acquire_u64(bar) / (uint64_t(has_o ? 4 : 2) * gridDim.x));
+  launch_no = unsigned(ld_acquire_u64(bar) / (uint64_t((has_o ? 4 : 2) + (has_q ? 1 : 0)) * gridDim.x));
   if (g_mlp_trace && tid == 0)
     g_mlp_trace[(size_t(launch_no % kMlpTraceLaunches) * gridDim.x + blockIdx.x) * kMlpTraceMarks] = t_start;
 #endif
@@ -1783,12 +1854,30 @@ __global__ void __launch_bounds__(160, 1)
     }
     wg_wait(d);
     MLP_MARK(5);
+    if (has_q) rel_last(cd + CHd - 1);
     part_store(d, part, M, C, rd, nd * ND);
   }
   grid_sync(bar, G);
   MLP_MARK(6);
   sum_into_y(kPostKS);
   MLP_MARK(7);
+
+  // 5. The next layer's QKV projection's parts: qpart = y Wq^T by K part.
+  if (has_q) {
+    proxy_fence_global(); // y is read by other CTAs' TMA copies
+    grid_sync(bar, G);
+    MLP_MARK(10);
+    asm volatile("bar.sync 4, 160;" ::: "memory");
+    float d[NQ / 8][4] = {};
+    for (int j = 0; j < CHq; j++) {
+      const int c = cq + j;
+      mma_chunk<NQ>(d, c, ST, full0, stage(c), stage(c) + kW);
+      rel(c, j == 0);
+    }
+    wg_wait(d);
+    part_store(d, qpart, M, Nq, rq, nq * NQ);
+    MLP_MARK(11);
+  }
 #else
   __trap();
 #endif
@@ -1869,8 +1958,8 @@ bool aligned16(const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 
 // device cannot hold them all at once (the grid barriers would wait for
 // ever).
 template <int ST>
-int tpost(const PostMaps &maps, bool has_o, void *h, void *part, void *y, void *bar, int G, int64_t M, int64_t F,
-          int64_t C, int64_t Ko, float eps, cudaStream_t s) {
+int tpost(const PostMaps &maps, bool has_o, bool has_q, void *h, void *part, void *y, void *qpart, void *bar, int G,
+          int64_t M, int64_t F, int64_t C, int64_t Ko, int64_t Nq, float eps, cudaStream_t s) {
   constexpr size_t smem = tpost_smem<ST>();
   static const bool ok = [&] {
     int dev = 0, sms = 0, per = 0;
@@ -1882,10 +1971,10 @@ int tpost(const PostMaps &maps, bool has_o, void *h, void *part, void *y, void *
            per >= 1 && sms >= G;
   }();
   if (!ok) return DTK_TMA_NO;
-  return launch(tpost_kernel<ST>, dim3(static_cast<unsigned>(G)), 160, smem, s, maps, has_o,
+  return launch(tpost_kernel<ST>, dim3(static_cast<unsigned>(G)), 160, smem, s, maps, has_o, has_q,
                 static_cast<__nv_bfloat16 *>(h), static_cast<float *>(part), static_cast<__nv_bfloat16 *>(y),
-                static_cast<unsigned long long *>(bar), static_cast<int>(M), static_cast<int>(F), static_cast<int>(C),
-                static_cast<int>(Ko), eps);
+                static_cast<float *>(qpart), static_cast<unsigned long long *>(bar), static_cast<int>(M),
+                static_cast<int>(F), static_cast<int>(C), static_cast<int>(Ko), static_cast<int>(Nq), eps);
 }
 
 // TmaStages is how many copy stages each TMA GEMM's ring holds: more
@@ -1933,16 +2022,18 @@ static bool x_ok(const void *x, int64_t C, int dtype) {
   return (reinterpret_cast<uintptr_t>(x) & 15) == 0 && C > 0 && C % E == 0 && C <= 2147483647;
 }
 
-int dtk_rope_qkv(int dtype, const void *qkv, const void *cos, const void *sin, const int64_t *pos, void *q,
-                 void *kcache, void *vcache, int64_t T, int64_t H, int64_t Hkv, int64_t D, const void *x, int64_t C,
-                 float eps, int fold_q, void *stream) {
+int dtk_rope_qkv(int dtype, const void *qkv, int qkv_parts, const void *cos, const void *sin, const int64_t *pos,
+                 void *q, void *kcache, void *vcache, int64_t T, int64_t H, int64_t Hkv, int64_t D, const void *x,
+                 int64_t C, float eps, int fold_q, void *stream) {
   auto s = static_cast<cudaStream_t>(stream);
-  if (D % 2 != 0 || D / 2 > 1024 || (x && !x_ok(x, C, dtype)) || Hkv < 1 || H % Hkv != 0)
+  if (D % 2 != 0 || D / 2 > 1024 || (x && !x_ok(x, C, dtype)) || Hkv < 1 || H % Hkv != 0 || qkv_parts < 0)
     return cudaErrorInvalidValue;
   if (dtype == kBF16)
-    return rope_qkv<__nv_bfloat16>(qkv, cos, sin, pos, q, kcache, vcache, T, H, Hkv, D, x, C, eps, fold_q != 0, s);
+    return rope_qkv<__nv_bfloat16>(qkv, qkv_parts, cos, sin, pos, q, kcache, vcache, T, H, Hkv, D, x, C, eps,
+                                   fold_q != 0, s);
   if (dtype == kF16)
-    return rope_qkv<__half>(qkv, cos, sin, pos, q, kcache, vcache, T, H, Hkv, D, x, C, eps, fold_q != 0, s);
+    return rope_qkv<__half>(qkv, qkv_parts, cos, sin, pos, q, kcache, vcache, T, H, Hkv, D, x, C, eps, fold_q != 0,
+                            s);
   return cudaErrorInvalidValue;
 }
 
@@ -2164,23 +2255,27 @@ int dtk_tma_gate_up_silu(int dtype, const void *x, const void *w, void *out, int
 }
 
 int dtk_tma_post(int dtype, void *y, const void *ao, const void *wo, int64_t Ko, const void *wgu, const void *wdown,
-                 void *scratch, void *sync, int64_t M, int64_t F, int64_t C, float eps, void *stream) {
+                 const void *wq, int64_t Nq, float *qpart, void *scratch, void *sync, int64_t M, int64_t F,
+                 int64_t C, float eps, void *stream) {
   early_launch_init(static_cast<cudaStream_t>(stream));
 #ifdef DLLM_SM90A
-  // DLLM_POST_FUSED: 0 off, 1 the MLP only, 2 (default) with the output
-  // projection (to measure).
+  // DLLM_POST_FUSED: 0 off, 1 the MLP only, 2 with the output projection,
+  // 3 (default) also with the next layer's QKV projection (to measure).
   static const int mode = [] {
     const char *e = std::getenv("DLLM_POST_FUSED");
-    return e && *e ? std::atoi(e) : 2;
+    return e && *e ? std::atoi(e) : 3;
   }();
   // The grid: F / 48 gate-up slices; as many down parts (C / 128 slices of
-  // 8 K parts) and output projection parts (C / 64 slices of 4).
-  // MiniCPM5-2B: 128 CTAs.
+  // 8 K parts), output projection parts (C / 64 slices of 4) and QKV parts
+  // (Nq / 80 slices of 4). MiniCPM5-2B: 128 CTAs.
   const int64_t G = F / 48;
-  const bool has_o = ao && mode >= 2;
-  if (mode < 1 || (ao && !has_o) || !tma_on() || dtype != kBF16 || M < 1 || M > kTmaRows || C % 128 != 0 ||
+  const bool has_o = ao && mode >= 2, has_q = wq && mode >= 3;
+  if (mode < 1 || (ao && !has_o) || (wq && !has_q) || !tma_on() || dtype != kBF16 || M < 1 || M > kTmaRows ||
+      C % 128 != 0 ||
       F % 48 != 0 || (F / 64) % kPostKS != 0 || C / kPostND * kPostKS != G || C % (4 * G) != 0 ||
       (has_o && (C / 64 * kPostOS != G || Ko % (64 * kPostOS) != 0 || !aligned16(ao) || !aligned16(wo))) ||
+      (has_q && (Nq / kPostNQ * kPostQS != G || Nq % kPostNQ != 0 || C % (64 * kPostQS) != 0 || !aligned16(wq) ||
+                 !aligned16(qpart))) ||
       !aligned16(y) || !aligned16(wgu) || !aligned16(wdown) || !aligned16(scratch) || !sync ||
       reinterpret_cast<uintptr_t>(sync) % 8 != 0)
     return DTK_TMA_NO;
@@ -2189,10 +2284,12 @@ int dtk_tma_post(int dtype, void *y, const void *ao, const void *wo, int64_t Ko,
   PostMaps maps;
   if ((has_o && (!tmap2d(&maps.o, wo, C, Ko, 64) || !tmap2d(&maps.ao, ao, M, Ko, kTmaRows))) ||
       !tmap2d(&maps.gu, wgu, 2 * F, C, 48) || !tmap2d(&maps.x, y, M, C, kTmaRows) ||
-      !tmap2d(&maps.dn, wdown, C, F, kPostND) || !tmap2d(&maps.h, h, M, F, kTmaRows))
+      !tmap2d(&maps.dn, wdown, C, F, kPostND) || !tmap2d(&maps.h, h, M, F, kTmaRows) ||
+      (has_q && !tmap2d(&maps.q, wq, Nq, C, kPostNQ)))
     return cudaErrorInvalidValue;
   if (!has_o) maps.o = maps.ao = maps.x; // unread
-  return tpost<10>(maps, has_o, h, part, y, sync, int(G), M, F, C, has_o ? Ko : 0, eps,
+  if (!has_q) maps.q = maps.x;
+  return tpost<10>(maps, has_o, has_q, h, part, y, qpart, sync, int(G), M, F, C, has_o ? Ko : 0, has_q ? Nq : 0, eps,
                    static_cast<cudaStream_t>(stream));
 #else
   return DTK_TMA_NO;
