@@ -172,7 +172,12 @@ func checkDecoder(t *testing.T, cfg *Config, dev torch.Device, dt torch.DType, m
 		causal int // leading positions attending causally
 		commit int // positions committed after the step
 	}
-	steps := []step{{"prefill 512", 512, 512, 512}, {"prefill 488", ctx - 512, ctx - 512, ctx - 512}}
+	// A block step on an empty cache first: with random weights attention
+	// is nearly uniform, so at 1000 keys a block's own queries, keys and
+	// values move its rows by ~3%; here they are all it sees (a QKV
+	// projection reading the wrong weights passed the later steps).
+	steps := []step{{"block 32 at 0", block, 0, 0}, {"prefill 512", 512, 512, 512},
+		{"prefill 488", ctx - 512, ctx - 512, ctx - 512}}
 	for i := 0; i < 3; i++ { // the second of each length captures, the third replays
 		steps = append(steps, step{"block 32 (denoise)", block, 0, 0},
 			step{"block 32 (commit)", block, block, block}, step{"AR 1", 1, 1, 1},

@@ -5,8 +5,8 @@
 // probe compares and times, for the MLP alone, with the output projection
 // first and with the next layer's QKV projection after, the TMA kernels
 // the decoder ran before (tgemm_kernel<64, 4>, tgemm_gu_kernel,
-// tgemm_kernel<128, 8>, tgemm_kernel<64, 4> for QKV; PDL) against the one
-// kernel (its QKV parts summed here as the RoPE kernel sums them); then it
+// tgemm_kernel<128, 8>, then tgemm_kernel<64, 4> for QKV and
+// rope_qkv_kernel; PDL) against the one kernel; then it
 // replays the one kernel, in the decoder's form, 48 times in a row with
 // DLLM_MLP_TRACE's timestamps and prints, per step of the kernel, when the
 // average and the last CTA got there (us from the grid's first CTA start).
@@ -28,13 +28,22 @@ using probe::kCopies;
 using probe::rand_bf16;
 using probe::timed;
 
-constexpr int M = 32, C = 2048, F = 6144, NQ = 2560;
+constexpr int M = 32, C = 2048, F = 6144, H = 16, Hkv = 2, D = 128, NQ = (H + 2 * Hkv) * D, P0 = 1000,
+              kMax = 1056;
 
-// bf16_bits rounds v to bf16 (nearest, ties to even) as __float2bfloat16_rn.
-uint16_t bf16_bits(float v) {
-  uint32_t u;
-  std::memcpy(&u, &v, 4);
-  return uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+// compare prints how many of two device arrays' n bf16 values differ and
+// the largest difference relative to the largest value.
+void compare(const char *what, const bf16 *a, const bf16 *b, size_t n) {
+  std::vector<bf16> ha(n), hb(n);
+  CK(cudaMemcpy(ha.data(), a, n * 2, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(hb.data(), b, n * 2, cudaMemcpyDeviceToHost));
+  size_t diff = 0;
+  double md = 0, mx = 0;
+  for (size_t i = 0; i < n; i++) {
+    const double x = __bfloat162float(ha[i]), y = __bfloat162float(hb[i]);
+    diff += x != y, md = std::max(md, std::fabs(x - y)), mx = std::max(mx, std::fabs(x));
+  }
+  std::printf("%s: %zu of %zu values differ, by at most %.2e of the largest\n", what, diff, n, md / mx);
 }
 
 } // namespace
@@ -53,10 +62,22 @@ int main() {
   CK(cudaMalloc(&y, size_t(M) * C * 2));
   CK(cudaMalloc(&y2, size_t(M) * C * 2));
   CK(cudaMalloc(&a, size_t(M) * F * 2));
-  bf16 *qkv;
-  float *qpart;
+  // The next layer's pre: RoPE tables, positions P0.., q and caches for
+  // each form.
+  bf16 *qkv, *cs = rand_bf16(size_t(kMax) * D, 401, 1.0f), *sn = rand_bf16(size_t(kMax) * D, 402, 1.0f), *q[2],
+       *kc[2], *vc[2];
   CK(cudaMalloc(&qkv, size_t(M) * NQ * 2));
-  CK(cudaMalloc(&qpart, size_t(DTK_TMA_POST_QPARTS) * M * NQ * 4));
+  for (int i = 0; i < 2; i++) {
+    CK(cudaMalloc(&q[i], size_t(M) * H * D * 2));
+    CK(cudaMalloc(&kc[i], size_t(kMax) * Hkv * D * 2));
+    CK(cudaMalloc(&vc[i], size_t(kMax) * Hkv * D * 2));
+  }
+  std::vector<int64_t> hp(M);
+  for (int i = 0; i < M; i++) hp[i] = P0 + i;
+  int64_t *pos;
+  CK(cudaMalloc(&pos, M * 8));
+  CK(cudaMemcpy(pos, hp.data(), M * 8, cudaMemcpyHostToDevice));
+  const dtk_rope_args rope{cs, sn, pos, q[1], kc[1], vc[1], H, Hkv, D, 0};
   char *scratch;
   CK(cudaMalloc(&scratch, dtk_tma_post_scratch(M, F, C)));
   unsigned long long *bar;
@@ -70,14 +91,17 @@ int main() {
     if (form >= 1) CK(dtk_tma_linear(kBF16, ao, wo[r], yy, yy, M, C, C, s));
     CK(dtk_tma_gate_up_silu(kBF16, yy, wgu[r], a, M, F, C, eps, s));
     CK(dtk_tma_linear(kBF16, a, wdn[r], yy, yy, M, C, F, s));
-    if (form >= 2) CK(dtk_tma_linear(kBF16, yy, wq[(r + 1) % kCopies], nullptr, qkv, M, NQ, C, s));
+    if (form >= 2) {
+      CK(dtk_tma_linear(kBF16, yy, wq[(r + 1) % kCopies], nullptr, qkv, M, NQ, C, s));
+      CK(dtk_rope_qkv(kBF16, qkv, cs, sn, pos, q[0], kc[0], vc[0], M, H, Hkv, D, yy, C, eps, 0, s));
+    }
   };
   auto fused = [&](int r, bf16 *yy, int form) {
     CK(dtk_tma_post(kBF16, yy, form >= 1 ? ao : nullptr, wo[r], C, wgu[r], wdn[r],
-                    form >= 2 ? wq[(r + 1) % kCopies] : nullptr, NQ, qpart, scratch, bar, M, F, C, eps, s));
+                    form >= 2 ? wq[(r + 1) % kCopies] : nullptr, form >= 2 ? &rope : nullptr, scratch, bar, M, F, C,
+                    eps, s));
   };
-  std::vector<uint16_t> h1(size_t(M) * C), h2(size_t(M) * C), q1(size_t(M) * NQ);
-  std::vector<float> qp(size_t(DTK_TMA_POST_QPARTS) * M * NQ);
+  std::vector<uint16_t> h1(size_t(M) * C), h2(size_t(M) * C);
   for (int form : {0, 1, 2}) {
     const char *what = form == 2 ? "output, MLP and next QKV" : form == 1 ? "output projection and MLP" : "MLP";
     // 1. The same three layers both ways: equal bit for bit?
@@ -90,16 +114,12 @@ int main() {
     size_t diff = 0;
     for (size_t i = 0; i < h1.size(); i++) diff += h1[i] != h2[i];
     std::printf("%s: after 3 layers %zu of %zu values differ\n", what, diff, h1.size());
-    if (form == 2) {
-      CK(cudaMemcpy(q1.data(), qkv, q1.size() * 2, cudaMemcpyDeviceToHost));
-      CK(cudaMemcpy(qp.data(), qpart, qp.size() * 4, cudaMemcpyDeviceToHost));
-      size_t qd = 0;
-      for (size_t i = 0; i < q1.size(); i++) {
-        float v = 0;
-        for (int k = 0; k < DTK_TMA_POST_QPARTS; k++) v += qp[k * q1.size() + i];
-        qd += bf16_bits(v) != q1[i];
-      }
-      std::printf("%s: the last QKV, %zu of %zu values differ\n", what, qd, q1.size());
+    if (form == 2) { // the inverse RMS's sum runs in another order: the last bit may differ
+      compare("the last layer's q", q[0], q[1], size_t(M) * H * D);
+      compare("the last layer's keys", kc[0] + size_t(P0) * Hkv * D, kc[1] + size_t(P0) * Hkv * D,
+              size_t(M) * Hkv * D);
+      compare("the last layer's values", vc[0] + size_t(P0) * Hkv * D, vc[1] + size_t(P0) * Hkv * D,
+              size_t(M) * Hkv * D);
     }
     // 2. Times a layer.
     std::printf("%s: kernels %6.1f us, one kernel %6.1f us\n", what,
@@ -117,7 +137,7 @@ int main() {
   CK(cudaStreamSynchronize(s));
   std::vector<unsigned long long> ht(n);
   CK(cudaMemcpy(ht.data(), tr, n * 8, cudaMemcpyDeviceToHost));
-  const int K = kMlpTraceMarks, order[] = {0, 1, 8, 9, 2, 3, 4, 5, 6, 7, 10, 11}, kEnd = 11;
+  const int K = kMlpTraceMarks, order[] = {0, 1, 8, 9, 2, 3, 4, 5, 6, 7, 10, 11, 12}, kEnd = 12;
   const char *what[kMlpTraceMarks] = {"start",
                                       "past the PDL wait",
                                       "gate-up products",
@@ -129,7 +149,8 @@ int main() {
                                       "output: past its parts' barrier",
                                       "output: past its sum's barrier",
                                       "QKV: past y's barrier",
-                                      "end (QKV parts stored)"};
+                                      "RoPE: past the parts' barrier",
+                                      "end (RoPE stored)"};
   double avg[kMlpTraceMarks] = {}, last[kMlpTraceMarks] = {}, gap = 0;
   int L = 0;
   for (int l = 8; l < 47; l++, L++) {

@@ -955,32 +955,42 @@ struct Decoder {
   // which normalises x as it stages it.
   bool folds(const at::Tensor &x) const { return fold && x.size(0) > 1; }
 
+  // q_view is the kernels' q (T, H, D), written folded when fold_q, as pre
+  // returns it.
+  at::Tensor q_view(const at::Tensor &q, bool fold_q) const {
+    return fold_q ? q.view({1, Hkv, q.size(0) * (H / Hkv), D}) : q.unsqueeze(0);
+  }
+
+  // NextPre is the next layer's pre as post may run it inside post_fused's
+  // kernel: pre's arguments, and q as pre returns it once it ran.
+  struct NextPre {
+    DecLayer *ly; // null after the last layer
+    const at::Tensor &positions;
+    bool fold_q;
+    at::Tensor q;
+  };
+
   // pre is layer l's attention input: RMSNorm, fused QKV, RoPE; it writes the
   // keys and values of positions (T) into the cache and returns q (1, T, H, D),
   // or with fold_q (kernels only) q folded for attend_cudnn: (1, Hkv, T G, D).
-  // qparts, when defined: the fused QKV's split-K parts already computed
-  // by the layer before's post_fused (DTK_TMA_POST_QPARTS, T, (H+2Hkv)D).
-  at::Tensor pre(DecLayer &ly, const at::Tensor &x, const at::Tensor &positions, bool fold_q = false,
-                 const at::Tensor &qparts = at::Tensor()) {
+  at::Tensor pre(DecLayer &ly, const at::Tensor &x, const at::Tensor &positions, bool fold_q = false) {
     auto Tn = x.size(0);
     bool f = folds(x);
-    auto qkv = qparts.defined()  ? qparts
-               : ly.bqkv.defined() ? at::linear(norm_(x, ly.n1), ly.wqkv, ly.bqkv)
-               : f                 ? lin(x, ly.wqkv_n)
-                                   : lin_in(x, ly.wqkv, kInNorm, ly.n1); // (T, (H+2Hkv)D)
+    auto qkv = ly.bqkv.defined() ? at::linear(norm_(x, ly.n1), ly.wqkv, ly.bqkv)
+               : f               ? lin(x, ly.wqkv_n)
+                                 : lin_in(x, ly.wqkv, kInNorm, ly.n1); // (T, (H+2Hkv)D)
 #ifdef DLLM_KERNELS
     if (kernels) {
       auto q = at::empty({Tn, H, D}, x.options());
-      check_launch(dtk_rope_qkv(static_cast<int>(x.scalar_type()), qkv.data_ptr(),
-                                qparts.defined() ? int(qparts.size(0)) : 0, cos.data_ptr(), sin.data_ptr(),
+      check_launch(dtk_rope_qkv(static_cast<int>(x.scalar_type()), qkv.data_ptr(), cos.data_ptr(), sin.data_ptr(),
                                 positions.data_ptr<int64_t>(), q.data_ptr(), ly.kc.data_ptr(), ly.vc.data_ptr(), Tn,
                                 H, Hkv, D, f ? x.data_ptr() : nullptr, x.size(1), static_cast<float>(eps),
                                 fold_q ? 1 : 0, stream()),
                    "rope_qkv");
-      return fold_q ? q.view({1, Hkv, Tn * (H / Hkv), D}) : q.unsqueeze(0);
+      return q_view(q, fold_q);
     }
 #endif
-    TORCH_CHECK(!fold_q && !qparts.defined(), "decoder: a folded q or QKV parts need the shim's kernels");
+    TORCH_CHECK(!fold_q, "decoder: a folded q needs the shim's kernels");
     auto q = qkv.narrow(1, 0, H * D).view({Tn, H, D});
     auto k = qkv.narrow(1, H * D, Hkv * D).view({Tn, Hkv, D});
     auto v = qkv.narrow(1, (H + Hkv) * D, Hkv * D).view({Tn, Hkv, D});
@@ -1155,11 +1165,9 @@ struct Decoder {
   // projection when ao is given, gate-up and down; the TMA kernels' work
   // with each phase's weights fetched before the phase before ends) where
   // it takes the shape: a block step's rows on a Hopper with an SM for each
-  // of its CTAs. Given next, the layer after, it also sets qparts to that
-  // layer's QKV parts for pre where the kernel takes them (else leaves it
-  // undefined). False: nothing ran.
-  bool post_fused(DecLayer &ly, const at::Tensor &x, const at::Tensor &ao, DecLayer *next = nullptr,
-                  at::Tensor *qparts = nullptr) {
+  // of its CTAs. Given next, it also runs next's pre where the kernel
+  // takes it (setting next->q). False: nothing ran.
+  bool post_fused(DecLayer &ly, const at::Tensor &x, const at::Tensor &ao, NextPre *next = nullptr) {
 #ifdef DLLM_KERNELS
     // Past 32 rows (prefill, a fused commit) the kernel never runs: no
     // scratch for it then.
@@ -1168,20 +1176,22 @@ struct Decoder {
       return false;
     auto M = x.size(0), C = x.size(1), F = ly.wdown.size(1);
     auto scratch = at::empty({dtk_tma_post_scratch(M, F, C)}, x.options().dtype(at::kByte));
-    auto run = [&](const at::Tensor &wq, const at::Tensor &qp) {
+    auto run = [&](const void *wq, const dtk_rope_args *rope) {
       return dtk_tma_post(static_cast<int>(x.scalar_type()), x.data_ptr(), ao.defined() ? ao.data_ptr() : nullptr,
-                          ly.wo.data_ptr(), ly.wo.size(1), ly.wgu_n.data_ptr(), ly.wdown.data_ptr(),
-                          wq.defined() ? wq.data_ptr() : nullptr, wq.defined() ? wq.size(0) : 0,
-                          qp.defined() ? qp.data_ptr<float>() : nullptr, scratch.data_ptr(), post_bar.data_ptr(), M,
-                          F, C, static_cast<float>(eps), stream());
+                          ly.wo.data_ptr(), ly.wo.size(1), ly.wgu_n.data_ptr(), ly.wdown.data_ptr(), wq, rope,
+                          scratch.data_ptr(), post_bar.data_ptr(), M, F, C, static_cast<float>(eps), stream());
     };
     int r = DTK_TMA_NO;
-    if (next && qparts && next->wqkv_n.defined() && next->wqkv_n.is_contiguous()) {
-      auto qp = at::empty({DTK_TMA_POST_QPARTS, M, next->wqkv_n.size(0)}, x.options().dtype(at::kFloat));
-      r = run(next->wqkv_n, qp);
-      if (r != DTK_TMA_NO) *qparts = qp;
+    DecLayer *nl = next ? next->ly : nullptr;
+    if (nl && nl->wqkv_n.defined() && nl->wqkv_n.is_contiguous() && nl->kc.is_contiguous() &&
+        nl->vc.is_contiguous()) {
+      auto q = at::empty({M, H, D}, x.options());
+      dtk_rope_args rope{cos.data_ptr(), sin.data_ptr(), next->positions.data_ptr<int64_t>(), q.data_ptr(),
+                         nl->kc.data_ptr(), nl->vc.data_ptr(), H, Hkv, D, next->fold_q ? 1 : 0};
+      r = run(nl->wqkv_n.data_ptr(), &rope);
+      if (r != DTK_TMA_NO) next->q = q_view(q, next->fold_q);
     }
-    if (r == DTK_TMA_NO) r = run(at::Tensor(), at::Tensor());
+    if (r == DTK_TMA_NO) r = run(nullptr, nullptr);
     if (r == DTK_TMA_NO) return false;
     check_launch(r, "tma post");
     return true;
@@ -1194,15 +1204,12 @@ struct Decoder {
   // which it updates in place (the residual adds ride in the matmuls) and
   // returns. In place is safe: nothing reads a layer's input after its
   // post (a forward's graphs all hand the one residual buffer on). Given
-  // next and qparts, post_fused may also compute next's QKV parts (*qparts
-  // is reset first: undefined when it did not).
-  at::Tensor post(DecLayer &ly, const at::Tensor &x, const at::Tensor &ao, DecLayer *next = nullptr,
-                  at::Tensor *qparts = nullptr) {
-    if (qparts) *qparts = at::Tensor();
-    if (folds(x) && post_fused(ly, x, ao, next, qparts)) return x;
+  // next, post_fused may also run next's pre (next->q defined when it did).
+  at::Tensor post(DecLayer &ly, const at::Tensor &x, const at::Tensor &ao, NextPre *next = nullptr) {
+    if (folds(x) && post_fused(ly, x, ao, next)) return x;
     auto y = lin(ao, ly.wo, x);
     if (folds(y)) {
-      if (post_fused(ly, y, at::Tensor(), next, qparts)) return y;
+      if (post_fused(ly, y, at::Tensor(), next)) return y;
       return lin(gate_up_silu(y, ly.wgu_n), ly.wdown, y);
     }
     auto gu = lin_in(y, ly.wgu, kInNorm, ly.n2); // (T, 2F)
@@ -1218,11 +1225,12 @@ struct Decoder {
     auto Tn = ids.numel();
     auto positions = at::arange(pos, pos + Tn, ids.options().dtype(at::kLong));
     auto x = embed.index_select(0, ids); // (T, C)
-    at::Tensor qp; // the next layer's QKV parts, when post computed them
+    at::Tensor q = pre(layers[0], x, positions);
     for (size_t l = 0; l < layers.size(); l++) {
       auto &ly = layers[l];
-      auto q = pre(ly, x, positions, false, qp);
-      x = post(ly, x, attend(ly, q, pos, causal).reshape({Tn, H * D}), next_layer(l), &qp);
+      NextPre next{next_layer(l), positions, false, at::Tensor()};
+      x = post(ly, x, attend(ly, q, pos, causal).reshape({Tn, H * D}), &next);
+      if (next.ly) q = next.q.defined() ? next.q : pre(*next.ly, x, positions);
     }
     return norm_(x, norm);
   }
@@ -1267,11 +1275,12 @@ struct Decoder {
 #endif
       g->capture_begin(pool, cudaStreamCaptureModeThreadLocal);
       auto x = embed.index_select(0, c.ids);
-      at::Tensor qp; // as in eager
+      at::Tensor q = pre(layers[0], x, c.pos, bucket > 0); // as in eager
       for (size_t l = 0; l < layers.size(); l++) {
         auto &ly = layers[l];
-        auto a = attend_all(ly, pre(ly, x, c.pos, bucket > 0, qp), c.pos, rows, bucket);
-        x = post(ly, x, a, next_layer(l), &qp);
+        NextPre next{next_layer(l), c.pos, bucket > 0, at::Tensor()};
+        x = post(ly, x, attend_all(ly, q, c.pos, rows, bucket), &next);
+        if (next.ly) q = next.q.defined() ? next.q : pre(*next.ly, x, c.pos, bucket > 0);
       }
       c.hn = norm_(x, norm);
       g->capture_end();

@@ -214,49 +214,56 @@ template <typename T> __device__ inline float inv_rms(const T *x, int C, float e
   return rsqrtf(block_sum(ss) / static_cast<float>(C) + eps);
 }
 
+// rope_dst is where head h of token t (of Tn, at position p) goes: q's
+// row, folded as the cuDNN path reads q when fold (key head h / G's row t
+// G + h % G), or the key or value cache's row.
+template <typename T>
+__device__ inline T *rope_dst(T *q, T *kc, T *vc, int64_t t, int64_t h, int64_t p, int64_t Tn, int64_t H,
+                              int64_t Hkv, int64_t D, bool fold) {
+  if (h >= H + Hkv) return vc + (p * Hkv + (h - H - Hkv)) * D;
+  if (h >= H) return kc + (p * Hkv + (h - H)) * D;
+  const int64_t G = H / Hkv;
+  return q + (fold ? (h / G * Tn + t) * G + h % G : t * H + h) * D;
+}
+
+// rope_pair writes the pair (x1, x2) of dims (i, i + D/2) rotated by
+// (cos, sin) = (c1, s1) and (c2, s2), rounding where HF's x*cos +
+// rotate_half(x)*sin does (rotate_half(x) = (-x2, x1)).
+template <typename T>
+__device__ inline void rope_pair(T *dst, int64_t i, int64_t half, float x1, float x2, float c1, float c2, float s1,
+                                 float s2) {
+  dst[i] = cast<T>(round<T>(x1 * c1) + round<T>(-x2 * s1));
+  dst[i + half] = cast<T>(round<T>(x2 * c2) + round<T>(x1 * s2));
+}
+
 // Grid (T, heads / (blockDim / (D/2))): each block takes token t and
 // blockDim / (D/2) consecutive heads of the fused output, D/2 threads a
 // head, each rotating the pair (i, i + D/2). NORM: qkv is the projection of
 // x itself, not of its RMSNorm (the norm's weight is folded into the
 // projection's columns, see dtk_rope_qkv), so each value is first scaled by
 // x_t's inverse RMS and rounded, which is what the projection of the
-// normalised row gives up to rounding. parts > 0: qkv is float (parts, T,
-// N), summed in order and rounded first (the split-K sum the projection's
-// kernel would have done), and x is the kernel before's output.
+// normalised row gives up to rounding.
 template <typename T, bool NORM>
-__global__ void rope_qkv_kernel(const void *qkv, int parts, const T *cos, const T *sin, const int64_t *pos, T *q,
-                                T *kc, T *vc, int64_t H, int64_t Hkv, int64_t D, const T *x, int C, float eps,
-                                bool fold) {
-  const int64_t t = blockIdx.x, half = D / 2, i = threadIdx.x % half, N = (H + 2 * Hkv) * D;
+__global__ void rope_qkv_kernel(const T *qkv, const T *cos, const T *sin, const int64_t *pos, T *q, T *kc, T *vc,
+                                int64_t H, int64_t Hkv, int64_t D, const T *x, int C, float eps, bool fold) {
+  const int64_t t = blockIdx.x, half = D / 2, i = threadIdx.x % half;
   const int64_t h = int64_t(blockIdx.y) * (blockDim.x / half) + threadIdx.x / half;
   // The positions (written when the forward starts, several kernels back:
   // see attn_decode_kernel), the tables and x (the input of the projection
-  // just before, unless that was the kernel before) are read before the
-  // wait. Every thread of the block takes part in inv_rms's sum.
-  float r = NORM && parts == 0 ? inv_rms(x + t * C, C, eps) : 1.0f;
-  if (NORM && parts > 0) {
-    dep_wait();
-    r = inv_rms(x + t * C, C, eps);
-  }
+  // just before) are read before the wait.
+  const float r = NORM ? inv_rms(x + t * C, C, eps) : 1.0f;
   if (h >= H + 2 * Hkv) { // a block's spare heads (the last block)
     dep_wait();
     dep_launch();
     return;
   }
-  const int64_t at = t * N + h * D;
-  auto raw = [&](int64_t j) {
-    if (parts == 0) return f32(static_cast<const T *>(qkv)[at + j]);
-    const float *p = static_cast<const float *>(qkv) + at + j;
-    float v = 0;
-    for (int k = 0; k < parts; k++) v += p[k * gridDim.x * N];
-    return round<T>(v);
-  };
-  auto in = [&](int64_t j) { return NORM ? round<T>(raw(j) * r) : raw(j); };
+  const T *src = qkv + (t * (H + 2 * Hkv) + h) * D;
+  auto in = [&](int64_t j) { return NORM ? round<T>(f32(src[j]) * r) : f32(src[j]); };
   int64_t p = pos[t];
+  T *dst = rope_dst(q, kc, vc, t, h, p, gridDim.x, H, Hkv, D, fold);
   if (h >= H + Hkv) { // a value head: copied as is
     dep_wait();
     dep_launch();
-    T *dst = vc + (p * Hkv + (h - H - Hkv)) * D;
     dst[i] = cast<T>(in(i));
     dst[i + half] = cast<T>(in(i + half));
     return;
@@ -265,13 +272,7 @@ __global__ void rope_qkv_kernel(const void *qkv, int parts, const T *cos, const 
   float c1 = f32(c[i]), c2 = f32(c[i + half]), s1 = f32(s[i]), s2 = f32(s[i + half]);
   dep_wait();
   dep_launch();
-  // Folded: key head h / G's row t G + h % G, as the cuDNN path reads q.
-  const int64_t G = H / Hkv, qrow = fold ? (h / G * gridDim.x + t) * G + h % G : t * H + h;
-  T *dst = h < H ? q + qrow * D : kc + (p * Hkv + (h - H)) * D;
-  float x1 = in(i), x2 = in(i + half);
-  // x*cos + rotate_half(x)*sin with rotate_half(x) = (-x2, x1).
-  dst[i] = cast<T>(round<T>(x1 * c1) + round<T>(-x2 * s1));
-  dst[i + half] = cast<T>(round<T>(x2 * c2) + round<T>(x1 * s2));
+  rope_pair(dst, i, half, in(i), in(i + half), c1, c2, s1, s2);
 }
 
 // silu_mul_vec_kernel is silu_mul_kernel 16 bytes at a time (F % 8 == 0).
@@ -454,12 +455,12 @@ template <typename T> int rms_norm(const void *x, const void *w, void *out, int6
 }
 
 template <typename T>
-int rope_qkv(const void *qkv, int parts, const void *cos, const void *sin, const int64_t *pos, void *q, void *kc,
-             void *vc, int64_t Tn, int64_t H, int64_t Hkv, int64_t D, const void *x, int64_t C, float eps, bool fold,
+int rope_qkv(const void *qkv, const void *cos, const void *sin, const int64_t *pos, void *q, void *kc, void *vc,
+             int64_t Tn, int64_t H, int64_t Hkv, int64_t D, const void *x, int64_t C, float eps, bool fold,
              cudaStream_t s) {
   if (!x) {
     dim3 grid(Tn, H + 2 * Hkv);
-    return launch(rope_qkv_kernel<T, false>, grid, static_cast<unsigned>(D / 2), 0, s, qkv, parts,
+    return launch(rope_qkv_kernel<T, false>, grid, static_cast<unsigned>(D / 2), 0, s, static_cast<const T *>(qkv),
                   static_cast<const T *>(cos), static_cast<const T *>(sin), pos, static_cast<T *>(q),
                   static_cast<T *>(kc), static_cast<T *>(vc), H, Hkv, D, static_cast<const T *>(nullptr), 0, eps,
                   fold);
@@ -467,8 +468,8 @@ int rope_qkv(const void *qkv, int parts, const void *cos, const void *sin, const
   // Several heads a block, so that fewer blocks each read x's row.
   int64_t hb = D / 2 >= 256 ? 1 : 256 / (D / 2), heads = H + 2 * Hkv;
   dim3 grid(Tn, (heads + hb - 1) / hb);
-  return launch(rope_qkv_kernel<T, true>, grid, static_cast<unsigned>(hb * (D / 2)), 0, s, qkv, parts,
-                static_cast<const T *>(cos), static_cast<const T *>(sin), pos,
+  return launch(rope_qkv_kernel<T, true>, grid, static_cast<unsigned>(hb * (D / 2)), 0, s,
+                static_cast<const T *>(qkv), static_cast<const T *>(cos), static_cast<const T *>(sin), pos,
                 static_cast<T *>(q), static_cast<T *>(kc), static_cast<T *>(vc), H, Hkv, D,
                 static_cast<const T *>(x), static_cast<int>(C), eps, fold);
 }
@@ -1533,9 +1534,12 @@ template <int ST> constexpr size_t tgemm_gu_smem() { return 1024 + size_t(ST + 1
 // one of this grid's CTAs still waits for. Optionally it also runs the next
 // layer's QKV projection (tgemm_kernel<64, 4>'s work as (80-row slice, K
 // / 4) parts, one a CTA) after one more barrier, its weights fetched while
-// the down projection runs; its float32 parts go to the RoPE kernel, which
-// sums them in rank order as cluster_sum_out would (the QKV kernel's
-// boundary and ramp added ~7 us a layer for ~2.5 us of bytes).
+// the down projection runs, and after another the RoPE kernel's step, the
+// parts summed in rank order as cluster_sum_out sums them (the QKV and
+// RoPE kernels' boundaries and QKV's ramp added ~8 us a layer for ~2.5
+// us of bytes). Its inverse RMS sums x's squares over four partial sums
+// (the QKV CTAs'), not in rope_qkv_kernel's order: there it can differ in
+// the last bit.
 
 __device__ inline unsigned long long ld_acquire_u64(const unsigned long long *p) {
   unsigned long long v = 0;
@@ -1577,15 +1581,15 @@ __device__ inline void grid_sync(unsigned long long *bar, unsigned n) {
 // A stage holds the down projection's (128, 64) weight box and x's (32,
 // 64) at kPostW; gate-up's two (48, 64) boxes take 96 of the 128 rows,
 // the output projection's one 64.
-constexpr int kPostND = 128, kPostKS = 8, kPostOS = 4, kPostNQ = 80, kPostQS = 4, kPostW = kPostND * 128,
-              kPostStage = kPostW + kTmaRows * 128;
+constexpr int kPostND = 128, kPostKS = 8, kPostOS = 4, kPostNQ = 80, kPostQS = 4, kPostRopeRuns = 3,
+              kPostW = kPostND * 128, kPostStage = kPostW + kTmaRows * 128;
 
 // DLLM_MLP_TRACE (scripts/mlp_probe.cu only): thread 0 writes
 // %globaltimer at the kernel's steps to g_mlp_trace, (launch, CTA, 10) by
 // the barrier count.
 #ifdef DLLM_MLP_TRACE
 __device__ unsigned long long *g_mlp_trace;
-constexpr int kMlpTraceLaunches = 64, kMlpTraceMarks = 12;
+constexpr int kMlpTraceLaunches = 64, kMlpTraceMarks = 13;
 __device__ inline unsigned long long gtimer() {
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -1609,6 +1613,16 @@ struct PostMaps {
   CUtensorMap q;     // the next layer's folded QKV (Nq, C) in (80, 64) boxes
 };
 
+// PostRope: where tpost_kernel's RoPE step reads and writes
+// (dtk_rope_args on the device; q null: no QKV step).
+struct PostRope {
+  const __nv_bfloat16 *cos, *sin;
+  const int64_t *pos;
+  __nv_bfloat16 *q, *kc, *vc;
+  int H, Hkv, D;
+  bool fold;
+};
+
 // part_store writes warps 0-1's accumulator rows (< M; warps 2-3 hold
 // rows past x's box) to part (KS, M, C) as K part r's columns [n0, n0 +
 // 8 NJ).
@@ -1628,12 +1642,13 @@ __device__ inline void part_store(const float (&d)[NJ][4], float *part, int M, i
 }
 
 // tpost_kernel: see above. has_o: the output projection first (y += ao
-// Wo^T); h and part scratch; y the residual stream, updated in place;
-// has_q: then qpart (kPostQS, M, Nq) = the K parts of y Wq^T.
+// Wo^T); h, part and ssp (kPostQS, M) scratch; y the residual stream,
+// updated in place; rope.q not null: then the next layer's QKV projection
+// (its Nq = (H + 2 Hkv) D rows in maps.q) and RoPE into rope.
 template <int ST>
 __global__ void __launch_bounds__(160, 1)
-    tpost_kernel(const __grid_constant__ PostMaps maps, bool has_o, bool has_q, __nv_bfloat16 *h, float *part,
-                 __nv_bfloat16 *y, float *qpart, unsigned long long *bar, int M, int F, int C, int Ko, int Nq,
+    tpost_kernel(const __grid_constant__ PostMaps maps, bool has_o, const PostRope rope, __nv_bfloat16 *h,
+                 float *part, float *ssp, __nv_bfloat16 *y, unsigned long long *bar, int M, int F, int C, int Ko,
                  float eps) {
 #ifdef DLLM_TMA_DEVICE
   using T = __nv_bfloat16;
@@ -1658,6 +1673,8 @@ __global__ void __launch_bounds__(160, 1)
   const int CHo = has_o ? Ko / 64 / kPostOS : 0, no = b / kPostOS, ro = b % kPostOS, ko0 = ro * CHo * 64;
   const int CHg = C / 64, j0 = b * NH, cg = CHo;
   const int CHd = F / 64 / kPostKS, nd = b / kPostKS, rd = b % kPostKS, kd0 = rd * CHd * 64, cd = CHo + CHg;
+  const bool has_q = rope.q != nullptr;
+  const int Nq = (rope.H + 2 * rope.Hkv) * rope.D;
   const int CHq = has_q ? C / 64 / kPostQS : 0, nq = b / kPostQS, rq = b % kPostQS, kq0 = rq * CHq * 64,
             cq = cd + CHd;
   auto stage = [&](int c) { return smem_u32(smem + (c % ST) * kPostStage); };
@@ -1697,7 +1714,7 @@ __global__ void __launch_bounds__(160, 1)
     auto q_w = [&](int j) {
       const int c = cq + j;
       mbar_expect(full(c), kQBytes);
-      tma_load2d(stage(c), maps.q, 64 * j, nq * NQ, full(c));
+      tma_load2d(stage(c), maps.q, kq0 + 64 * j, nq * NQ, full(c));
     };
     const int preg = min(ST, CHg), pred = min(ST, CHd);
     int g_issued = 0;
@@ -1792,7 +1809,7 @@ __global__ void __launch_bounds__(160, 1)
   };
   dep_wait();
 #ifdef DLLM_MLP_TRACE
-  launch_no = unsigned(ld_acquire_u64(bar) / (uint64_t((has_o ? 4 : 2) + (has_q ? 1 : 0)) * gridDim.x));
+  launch_no = unsigned(ld_acquire_u64(bar) / (uint64_t((has_o ? 4 : 2) + (has_q ? 2 : 0)) * gridDim.x));
   if (g_mlp_trace && tid == 0)
     g_mlp_trace[(size_t(launch_no % kMlpTraceLaunches) * gridDim.x + blockIdx.x) * kMlpTraceMarks] = t_start;
 #endif
@@ -1862,21 +1879,82 @@ __global__ void __launch_bounds__(160, 1)
   sum_into_y(kPostKS);
   MLP_MARK(7);
 
-  // 5. The next layer's QKV projection's parts: qpart = y Wq^T by K part.
-  if (has_q) {
-    proxy_fence_global(); // y is read by other CTAs' TMA copies
-    grid_sync(bar, G);
-    MLP_MARK(10);
-    asm volatile("bar.sync 4, 160;" ::: "memory");
+  if (!has_q) return;
+
+  // 5. The next layer's QKV projection's K parts into part, and x's sums of
+  // squares over each K part into ssp (from the slice-0 CTAs).
+  proxy_fence_global(); // y is read by other CTAs' TMA copies
+  grid_sync(bar, G);
+  MLP_MARK(10);
+  asm volatile("bar.sync 4, 160;" ::: "memory");
+  {
+    const int row = tid / 4, q = tid % 4;
     float d[NQ / 8][4] = {};
+    float ss = 0;
     for (int j = 0; j < CHq; j++) {
       const int c = cq + j;
       mma_chunk<NQ>(d, c, ST, full0, stage(c), stage(c) + kW);
+      x_squares(ss, smem + (c % ST) * kPostStage + kW, M);
       rel(c, j == 0);
     }
     wg_wait(d);
-    part_store(d, qpart, M, Nq, rq, nq * NQ);
+    ss += __shfl_xor_sync(0xffffffff, ss, 1);
+    ss += __shfl_xor_sync(0xffffffff, ss, 2);
+    if (nq == 0 && q == 0 && row < M) ssp[rq * M + row] = ss;
+    part_store(d, part, M, Nq, rq, nq * NQ);
+  }
+
+  // 6. RoPE (rope_qkv_kernel's step) over the parts summed in rank order,
+  // a thread's pairs (i, i + D/2) of a head of a token at (k G + b) 128 +
+  // tid, kRuns of them: their positions and tables fetched before the
+  // barrier, all their parts at once after it.
+  {
+    constexpr int kRuns = kPostRopeRuns;
+    const int half = rope.D / 2, heads = rope.H + 2 * rope.Hkv, n = M * heads * half;
+    float cs[kRuns][4];
+    int64_t pp[kRuns];
+#pragma unroll
+    for (int k = 0; k < kRuns; k++) {
+      const int u = min((k * G + b) * 128 + tid, n - 1), t = u / (heads * half), i = u % half;
+      pp[k] = rope.pos[t];
+      const T *c = rope.cos + pp[k] * rope.D + i, *s = rope.sin + pp[k] * rope.D + i;
+      cs[k][0] = f32(c[0]), cs[k][1] = f32(c[half]), cs[k][2] = f32(s[0]), cs[k][3] = f32(s[half]);
+    }
+    grid_sync(bar, G);
     MLP_MARK(11);
+    float v[kRuns][2][kPostQS], sq[kRuns][kPostQS];
+#pragma unroll
+    for (int k = 0; k < kRuns; k++) {
+      const int u = min((k * G + b) * 128 + tid, n - 1), t = u / (heads * half), hh = u / half % heads,
+                i = u % half;
+#pragma unroll
+      for (int r = 0; r < kPostQS; r++) {
+        const float *pr = part + (size_t(r) * M + t) * Nq + hh * rope.D + i;
+        v[k][0][r] = __ldcg(pr), v[k][1][r] = __ldcg(pr + half), sq[k][r] = __ldcg(ssp + r * M + t);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kRuns; k++) {
+      const int u = (k * G + b) * 128 + tid, t = u / (heads * half), hh = u / half % heads, i = u % half;
+      if (u >= n) break;
+      float ss = 0, x[2];
+#pragma unroll
+      for (int r = 0; r < kPostQS; r++) ss += sq[k][r];
+      const float rr = rsqrtf(ss / static_cast<float>(C) + eps);
+#pragma unroll
+      for (int e = 0; e < 2; e++) {
+        float a = 0;
+#pragma unroll
+        for (int r = 0; r < kPostQS; r++) a += v[k][e][r];
+        x[e] = round<T>(round<T>(a) * rr);
+      }
+      T *dst = rope_dst(rope.q, rope.kc, rope.vc, t, hh, pp[k], M, rope.H, rope.Hkv, rope.D, rope.fold);
+      if (hh >= rope.H + rope.Hkv) // a value head: copied as is
+        dst[i] = cast<T>(x[0]), dst[i + half] = cast<T>(x[1]);
+      else
+        rope_pair(dst, i, half, x[0], x[1], cs[k][0], cs[k][1], cs[k][2], cs[k][3]);
+    }
+    MLP_MARK(12);
   }
 #else
   __trap();
@@ -1958,8 +2036,8 @@ bool aligned16(const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 
 // device cannot hold them all at once (the grid barriers would wait for
 // ever).
 template <int ST>
-int tpost(const PostMaps &maps, bool has_o, bool has_q, void *h, void *part, void *y, void *qpart, void *bar, int G,
-          int64_t M, int64_t F, int64_t C, int64_t Ko, int64_t Nq, float eps, cudaStream_t s) {
+int tpost(const PostMaps &maps, bool has_o, const PostRope &rope, void *h, void *part, void *ssp, void *y, void *bar,
+          int G, int64_t M, int64_t F, int64_t C, int64_t Ko, float eps, cudaStream_t s) {
   constexpr size_t smem = tpost_smem<ST>();
   static const bool ok = [&] {
     int dev = 0, sms = 0, per = 0;
@@ -1971,10 +2049,10 @@ int tpost(const PostMaps &maps, bool has_o, bool has_q, void *h, void *part, voi
            per >= 1 && sms >= G;
   }();
   if (!ok) return DTK_TMA_NO;
-  return launch(tpost_kernel<ST>, dim3(static_cast<unsigned>(G)), 160, smem, s, maps, has_o, has_q,
-                static_cast<__nv_bfloat16 *>(h), static_cast<float *>(part), static_cast<__nv_bfloat16 *>(y),
-                static_cast<float *>(qpart), static_cast<unsigned long long *>(bar), static_cast<int>(M),
-                static_cast<int>(F), static_cast<int>(C), static_cast<int>(Ko), static_cast<int>(Nq), eps);
+  return launch(tpost_kernel<ST>, dim3(static_cast<unsigned>(G)), 160, smem, s, maps, has_o, rope,
+                static_cast<__nv_bfloat16 *>(h), static_cast<float *>(part), static_cast<float *>(ssp),
+                static_cast<__nv_bfloat16 *>(y), static_cast<unsigned long long *>(bar), static_cast<int>(M),
+                static_cast<int>(F), static_cast<int>(C), static_cast<int>(Ko), eps);
 }
 
 // TmaStages is how many copy stages each TMA GEMM's ring holds: more
@@ -2022,18 +2100,16 @@ static bool x_ok(const void *x, int64_t C, int dtype) {
   return (reinterpret_cast<uintptr_t>(x) & 15) == 0 && C > 0 && C % E == 0 && C <= 2147483647;
 }
 
-int dtk_rope_qkv(int dtype, const void *qkv, int qkv_parts, const void *cos, const void *sin, const int64_t *pos,
-                 void *q, void *kcache, void *vcache, int64_t T, int64_t H, int64_t Hkv, int64_t D, const void *x,
-                 int64_t C, float eps, int fold_q, void *stream) {
+int dtk_rope_qkv(int dtype, const void *qkv, const void *cos, const void *sin, const int64_t *pos, void *q,
+                 void *kcache, void *vcache, int64_t T, int64_t H, int64_t Hkv, int64_t D, const void *x, int64_t C,
+                 float eps, int fold_q, void *stream) {
   auto s = static_cast<cudaStream_t>(stream);
-  if (D % 2 != 0 || D / 2 > 1024 || (x && !x_ok(x, C, dtype)) || Hkv < 1 || H % Hkv != 0 || qkv_parts < 0)
+  if (D % 2 != 0 || D / 2 > 1024 || (x && !x_ok(x, C, dtype)) || Hkv < 1 || H % Hkv != 0)
     return cudaErrorInvalidValue;
   if (dtype == kBF16)
-    return rope_qkv<__nv_bfloat16>(qkv, qkv_parts, cos, sin, pos, q, kcache, vcache, T, H, Hkv, D, x, C, eps,
-                                   fold_q != 0, s);
+    return rope_qkv<__nv_bfloat16>(qkv, cos, sin, pos, q, kcache, vcache, T, H, Hkv, D, x, C, eps, fold_q != 0, s);
   if (dtype == kF16)
-    return rope_qkv<__half>(qkv, qkv_parts, cos, sin, pos, q, kcache, vcache, T, H, Hkv, D, x, C, eps, fold_q != 0,
-                            s);
+    return rope_qkv<__half>(qkv, cos, sin, pos, q, kcache, vcache, T, H, Hkv, D, x, C, eps, fold_q != 0, s);
   return cudaErrorInvalidValue;
 }
 
@@ -2255,12 +2331,13 @@ int dtk_tma_gate_up_silu(int dtype, const void *x, const void *w, void *out, int
 }
 
 int dtk_tma_post(int dtype, void *y, const void *ao, const void *wo, int64_t Ko, const void *wgu, const void *wdown,
-                 const void *wq, int64_t Nq, float *qpart, void *scratch, void *sync, int64_t M, int64_t F,
+                 const void *wq, const dtk_rope_args *rope, void *scratch, void *sync, int64_t M, int64_t F,
                  int64_t C, float eps, void *stream) {
   early_launch_init(static_cast<cudaStream_t>(stream));
 #ifdef DLLM_SM90A
   // DLLM_POST_FUSED: 0 off, 1 the MLP only, 2 with the output projection,
-  // 3 (default) also with the next layer's QKV projection (to measure).
+  // 3 (default) also with the next layer's QKV projection and RoPE (to
+  // measure).
   static const int mode = [] {
     const char *e = std::getenv("DLLM_POST_FUSED");
     return e && *e ? std::atoi(e) : 3;
@@ -2269,18 +2346,19 @@ int dtk_tma_post(int dtype, void *y, const void *ao, const void *wo, int64_t Ko,
   // 8 K parts), output projection parts (C / 64 slices of 4) and QKV parts
   // (Nq / 80 slices of 4). MiniCPM5-2B: 128 CTAs.
   const int64_t G = F / 48;
-  const bool has_o = ao && mode >= 2, has_q = wq && mode >= 3;
+  const bool has_o = ao && mode >= 2, has_q = wq && rope && mode >= 3;
+  const int64_t Nq = has_q ? (rope->H + 2 * rope->Hkv) * rope->D : 0;
   if (mode < 1 || (ao && !has_o) || (wq && !has_q) || !tma_on() || dtype != kBF16 || M < 1 || M > kTmaRows ||
-      C % 128 != 0 ||
-      F % 48 != 0 || (F / 64) % kPostKS != 0 || C / kPostND * kPostKS != G || C % (4 * G) != 0 ||
+      C % 128 != 0 || F % 48 != 0 || (F / 64) % kPostKS != 0 || C / kPostND * kPostKS != G || C % (4 * G) != 0 ||
       (has_o && (C / 64 * kPostOS != G || Ko % (64 * kPostOS) != 0 || !aligned16(ao) || !aligned16(wo))) ||
-      (has_q && (Nq / kPostNQ * kPostQS != G || Nq % kPostNQ != 0 || C % (64 * kPostQS) != 0 || !aligned16(wq) ||
-                 !aligned16(qpart))) ||
+      (has_q && (Nq % kPostNQ != 0 || Nq / kPostNQ * kPostQS != G || C % (64 * kPostQS) != 0 || !aligned16(wq) ||
+                 rope->D % 2 != 0 || rope->Hkv < 1 || rope->H % rope->Hkv != 0 || Nq * kPostQS > C * kPostKS ||
+                 M * Nq / 2 > int64_t(kPostRopeRuns) * G * 128)) ||
       !aligned16(y) || !aligned16(wgu) || !aligned16(wdown) || !aligned16(scratch) || !sync ||
       reinterpret_cast<uintptr_t>(sync) % 8 != 0)
     return DTK_TMA_NO;
   auto h = static_cast<char *>(scratch);
-  auto part = h + M * F * 2;
+  auto part = h + M * F * 2, ssp = part + int64_t(kPostKS) * M * C * 4;
   PostMaps maps;
   if ((has_o && (!tmap2d(&maps.o, wo, C, Ko, 64) || !tmap2d(&maps.ao, ao, M, Ko, kTmaRows))) ||
       !tmap2d(&maps.gu, wgu, 2 * F, C, 48) || !tmap2d(&maps.x, y, M, C, kTmaRows) ||
@@ -2288,8 +2366,16 @@ int dtk_tma_post(int dtype, void *y, const void *ao, const void *wo, int64_t Ko,
       (has_q && !tmap2d(&maps.q, wq, Nq, C, kPostNQ)))
     return cudaErrorInvalidValue;
   if (!has_o) maps.o = maps.ao = maps.x; // unread
-  if (!has_q) maps.q = maps.x;
-  return tpost<10>(maps, has_o, has_q, h, part, y, qpart, sync, int(G), M, F, C, has_o ? Ko : 0, has_q ? Nq : 0, eps,
+  PostRope r{};
+  if (has_q) {
+    using T = __nv_bfloat16;
+    r = PostRope{static_cast<const T *>(rope->cos), static_cast<const T *>(rope->sin), rope->pos,
+                 static_cast<T *>(rope->q), static_cast<T *>(rope->kcache), static_cast<T *>(rope->vcache),
+                 int(rope->H), int(rope->Hkv), int(rope->D), rope->fold_q != 0};
+  } else {
+    maps.q = maps.x; // unread
+  }
+  return tpost<10>(maps, has_o, r, h, part, ssp, y, sync, int(G), M, F, C, has_o ? Ko : 0, eps,
                    static_cast<cudaStream_t>(stream));
 #else
   return DTK_TMA_NO;
@@ -2297,7 +2383,7 @@ int dtk_tma_post(int dtype, void *y, const void *ao, const void *wo, int64_t Ko,
 }
 
 int64_t dtk_tma_post_scratch(int64_t M, int64_t F, int64_t C) {
-  return (M * F * 2 + 15) / 16 * 16 + int64_t(kPostKS) * M * C * 4;
+  return (M * F * 2 + 15) / 16 * 16 + int64_t(kPostKS) * M * C * 4 + int64_t(kPostQS) * M * 4;
 }
 
 } // extern "C"

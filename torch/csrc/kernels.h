@@ -26,12 +26,9 @@ int dtk_rms_norm(int dtype, const void *x, const void *w, void *out, int64_t row
 // RMSNorm costs no kernel of its own. x: 16-byte aligned, C % 8 == 0.
 // fold_q != 0: q is written (Hkv, T G, D) instead, G = H / Hkv, head h of
 // token t at key head h / G's row t G + h % G (the decoder's cuDNN path).
-// qkv_parts n > 0: qkv is float32 (n, T, (H+2Hkv)D), a split-K product's
-// parts, summed in order and rounded to the dtype first (dtk_tma_post's
-// qpart); x is then read only after the kernel before has ended.
-int dtk_rope_qkv(int dtype, const void *qkv, int qkv_parts, const void *cos, const void *sin, const int64_t *pos,
-                 void *q, void *kcache, void *vcache, int64_t T, int64_t H, int64_t Hkv, int64_t D, const void *x,
-                 int64_t C, float eps, int fold_q, void *stream);
+int dtk_rope_qkv(int dtype, const void *qkv, const void *cos, const void *sin, const int64_t *pos, void *q,
+                 void *kcache, void *vcache, int64_t T, int64_t H, int64_t Hkv, int64_t D, const void *x, int64_t C,
+                 float eps, int fold_q, void *stream);
 
 // out (T, F) = silu(gu[:, :F]) * gu[:, F:], rounding after the SiLU as
 // at::silu followed by a product does. Given x (T, C), not null, gate and
@@ -150,18 +147,23 @@ int dtk_tma_gate_up_silu(int dtype, const void *x, const void *w, void *out, int
 // kernel uses while it runs (a count of barrier arrivals). The grid must
 // be resident at once: it needs an SM for each of F / 48 CTAs, which
 // kernels of other processes sharing the GPU through MPS could hold (set
-// DLLM_POST_FUSED=0 there). Given wq (Nq, C), the next layer's QKV weight
-// with its RMSNorm's weight folded in, it then writes qpart (4, M, Nq)
-// float32: the products of the new y by wq^T over four quarters of C,
-// which dtk_rope_qkv sums (qkv_parts 4). DTK_TMA_NO where it does not take
-// the shape (with wq or ao as given) or the device; DLLM_POST_FUSED=0
-// turns it off, 1 leaves the output projection out and 2 the QKV
-// projection (to measure).
+// DLLM_POST_FUSED=0 there). Given wq ((H+2Hkv)D, C), the next layer's
+// fused QKV weight with its RMSNorm's weight folded in, and rope, it then
+// does that layer's dtk_rope_qkv(y wq^T, ..., x = y) into rope's q and
+// caches. DTK_TMA_NO where it does not take the shape (with wq or ao as
+// given) or the device; DLLM_POST_FUSED=0 turns it off, 1 leaves the
+// output projection out and 2 the next layer's QKV (to measure).
 #define DTK_TMA_POST_SYNC 8
-#define DTK_TMA_POST_QPARTS 4
+typedef struct {
+  const void *cos, *sin; // (Max, D) tables
+  const int64_t *pos;    // (M) the rows' positions
+  void *q, *kcache, *vcache;
+  int64_t H, Hkv, D;
+  int fold_q;
+} dtk_rope_args;
 int dtk_tma_post(int dtype, void *y, const void *ao, const void *wo, int64_t Ko, const void *wgu, const void *wdown,
-                 const void *wq, int64_t Nq, float *qpart, void *scratch, void *sync, int64_t M, int64_t F, int64_t C,
-                 float eps, void *stream);
+                 const void *wq, const dtk_rope_args *rope, void *scratch, void *sync, int64_t M, int64_t F,
+                 int64_t C, float eps, void *stream);
 int64_t dtk_tma_post_scratch(int64_t M, int64_t F, int64_t C);
 
 #ifdef __cplusplus
