@@ -20,7 +20,8 @@
 #                     times another shim (one built here in an earlier call,
 #                     carried back) against this tree's: a change without a
 #                     setting of its own
-#   TEST_AB=DLLM_GEMV=0   also run the tests with this setting (same form)
+#   TEST_AB=DLLM_GEMV=0   also run the tests with this setting (same form;
+#                     DLLM_TORCH_LIB=/abs/x.so runs them on another shim)
 #   PROBES=gpu_attn_probe.py   scripts to run first (exactness and timing;
 #                     .cu ones, e.g. gemm_pdl_probe.cu, built with nvcc and
 #                     stopped after 300 s: a probe with a grid barrier can hang)
@@ -65,7 +66,7 @@ if [ -n "$TESTS" ]; then
 		[ -n "$te" ] && echo "tests with $te:"
 		for pkg in torch model; do
 			[ -x build/gpu/$pkg.test ] || continue
-			(cd $pkg && env ${te//+/ } DLLM_TORCH_LIB=$PWD/../bin/libdllmtorch.so ../build/gpu/$pkg.test \
+			(cd $pkg && env DLLM_TORCH_LIB=$PWD/../bin/libdllmtorch.so ${te//+/ } ../build/gpu/$pkg.test \
 				-test.run "$TESTS" -test.timeout 240s -test.v 2>&1 | grep -v -E "^=== (RUN|PAUSE|CONT)" | tail -40)
 		done
 	done

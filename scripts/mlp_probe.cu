@@ -137,7 +137,7 @@ int main() {
   CK(cudaStreamSynchronize(s));
   std::vector<unsigned long long> ht(n);
   CK(cudaMemcpy(ht.data(), tr, n * 8, cudaMemcpyDeviceToHost));
-  const int K = kMlpTraceMarks, order[] = {0, 1, 8, 9, 2, 3, 4, 5, 6, 7, 10, 11, 12}, kEnd = 12;
+  const int K = kMlpTraceMarks, order[] = {0, 1, 8, 9, 2, 3, 4, 5, 6, 7, 10, 13, 11, 12}, kEnd = 12;
   const char *what[kMlpTraceMarks] = {"start",
                                       "past the PDL wait",
                                       "gate-up products",
@@ -150,7 +150,8 @@ int main() {
                                       "output: past its sum's barrier",
                                       "QKV: past y's barrier",
                                       "RoPE: past the parts' barrier",
-                                      "end (RoPE stored)"};
+                                      "end (RoPE stored)",
+                                      "QKV products"};
   double avg[kMlpTraceMarks] = {}, last[kMlpTraceMarks] = {}, gap = 0;
   int L = 0;
   for (int l = 8; l < 47; l++, L++) {

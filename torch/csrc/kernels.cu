@@ -1589,7 +1589,7 @@ constexpr int kPostND = 128, kPostKS = 8, kPostOS = 4, kPostNQ = 80, kPostQS = 4
 // the barrier count.
 #ifdef DLLM_MLP_TRACE
 __device__ unsigned long long *g_mlp_trace;
-constexpr int kMlpTraceLaunches = 64, kMlpTraceMarks = 13;
+constexpr int kMlpTraceLaunches = 64, kMlpTraceMarks = 14;
 __device__ inline unsigned long long gtimer() {
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -1752,11 +1752,15 @@ __global__ void __launch_bounds__(160, 1)
     }
     __syncwarp();
     if (has_q) {
-      // The QKV weights as down's stages free; y's columns once summed
-      // (named barrier 4).
+      // The QKV weights once this CTA's down products are done (issued as
+      // down's stages freed, they slowed its last chunks, which the
+      // barrier after waits for: probe, nineteenth session); y's columns
+      // once summed (named barrier 4).
       const int preq = min(ST, CHq);
-      if (lane == 0)
+      if (lane == 0) {
+        wait_free(cd + CHd - 1 + ST); // down's last stage is free
         for (int j = 0; j < preq; j++) wait_free(cq + j), q_w(j);
+      }
       __syncwarp();
       asm volatile("bar.sync 4, 160;" ::: "memory");
       if (lane == 0) {
@@ -1808,6 +1812,22 @@ __global__ void __launch_bounds__(160, 1)
     }
   };
   dep_wait();
+  // The RoPE step's positions and tables (see 6), fetched now: they depend
+  // on nothing this kernel writes, and fetched late they held up the CTA's
+  // arrival at a barrier.
+  constexpr int kRuns = kPostRopeRuns;
+  const int half = rope.D / 2, heads = rope.H + 2 * rope.Hkv, n_rope = M * heads * half;
+  float cs[kRuns][4];
+  int64_t pp[kRuns];
+  if (has_q) {
+#pragma unroll
+    for (int k = 0; k < kRuns; k++) {
+      const int u = min((k * G + b) * 128 + tid, n_rope - 1), t = u / (heads * half), i = u % half;
+      pp[k] = rope.pos[t];
+      const T *c = rope.cos + pp[k] * rope.D + i, *s = rope.sin + pp[k] * rope.D + i;
+      cs[k][0] = f32(c[0]), cs[k][1] = f32(c[half]), cs[k][2] = f32(s[0]), cs[k][3] = f32(s[half]);
+    }
+  }
 #ifdef DLLM_MLP_TRACE
   launch_no = unsigned(ld_acquire_u64(bar) / (uint64_t((has_o ? 4 : 2) + (has_q ? 2 : 0)) * gridDim.x));
   if (g_mlp_trace && tid == 0)
@@ -1898,6 +1918,7 @@ __global__ void __launch_bounds__(160, 1)
       rel(c, j == 0);
     }
     wg_wait(d);
+    MLP_MARK(13);
     ss += __shfl_xor_sync(0xffffffff, ss, 1);
     ss += __shfl_xor_sync(0xffffffff, ss, 2);
     if (nq == 0 && q == 0 && row < M) ssp[rq * M + row] = ss;
@@ -1906,20 +1927,10 @@ __global__ void __launch_bounds__(160, 1)
 
   // 6. RoPE (rope_qkv_kernel's step) over the parts summed in rank order,
   // a thread's pairs (i, i + D/2) of a head of a token at (k G + b) 128 +
-  // tid, kRuns of them: their positions and tables fetched before the
-  // barrier, all their parts at once after it.
+  // tid, kRuns of them (positions and tables fetched at the start), all
+  // their parts loaded at once.
   {
-    constexpr int kRuns = kPostRopeRuns;
-    const int half = rope.D / 2, heads = rope.H + 2 * rope.Hkv, n = M * heads * half;
-    float cs[kRuns][4];
-    int64_t pp[kRuns];
-#pragma unroll
-    for (int k = 0; k < kRuns; k++) {
-      const int u = min((k * G + b) * 128 + tid, n - 1), t = u / (heads * half), i = u % half;
-      pp[k] = rope.pos[t];
-      const T *c = rope.cos + pp[k] * rope.D + i, *s = rope.sin + pp[k] * rope.D + i;
-      cs[k][0] = f32(c[0]), cs[k][1] = f32(c[half]), cs[k][2] = f32(s[0]), cs[k][3] = f32(s[half]);
-    }
+    const int n = n_rope;
     grid_sync(bar, G);
     MLP_MARK(11);
     float v[kRuns][2][kPostQS], sq[kRuns][kPostQS];
