@@ -955,21 +955,6 @@ struct Decoder {
   // which normalises x as it stages it.
   bool folds(const at::Tensor &x) const { return fold && x.size(0) > 1; }
 
-  // q_view is the kernels' q (T, H, D), written folded when fold_q, as pre
-  // returns it.
-  at::Tensor q_view(const at::Tensor &q, bool fold_q) const {
-    return fold_q ? q.view({1, Hkv, q.size(0) * (H / Hkv), D}) : q.unsqueeze(0);
-  }
-
-  // NextPre is the next layer's pre as post may run it inside post_fused's
-  // kernel: pre's arguments, and q as pre returns it once it ran.
-  struct NextPre {
-    DecLayer *ly; // null after the last layer
-    const at::Tensor &positions;
-    bool fold_q;
-    at::Tensor q;
-  };
-
   // pre is layer l's attention input: RMSNorm, fused QKV, RoPE; it writes the
   // keys and values of positions (T) into the cache and returns q (1, T, H, D),
   // or with fold_q (kernels only) q folded for attend_cudnn: (1, Hkv, T G, D).
@@ -987,7 +972,7 @@ struct Decoder {
                                 H, Hkv, D, f ? x.data_ptr() : nullptr, x.size(1), static_cast<float>(eps),
                                 fold_q ? 1 : 0, stream()),
                    "rope_qkv");
-      return q_view(q, fold_q);
+      return fold_q ? q.view({1, Hkv, Tn * (H / Hkv), D}) : q.unsqueeze(0);
     }
 #endif
     TORCH_CHECK(!fold_q, "decoder: a folded q needs the shim's kernels");
@@ -1165,9 +1150,8 @@ struct Decoder {
   // projection when ao is given, gate-up and down; the TMA kernels' work
   // with each phase's weights fetched before the phase before ends) where
   // it takes the shape: a block step's rows on a Hopper with an SM for each
-  // of its CTAs. Given next, it also runs next's pre where the kernel
-  // takes it (setting next->q). False: nothing ran.
-  bool post_fused(DecLayer &ly, const at::Tensor &x, const at::Tensor &ao, NextPre *next = nullptr) {
+  // of its CTAs. False: nothing ran.
+  bool post_fused(DecLayer &ly, const at::Tensor &x, const at::Tensor &ao) {
 #ifdef DLLM_KERNELS
     // Past 32 rows (prefill, a fused commit) the kernel never runs: no
     // scratch for it then.
@@ -1176,22 +1160,9 @@ struct Decoder {
       return false;
     auto M = x.size(0), C = x.size(1), F = ly.wdown.size(1);
     auto scratch = at::empty({dtk_tma_post_scratch(M, F, C)}, x.options().dtype(at::kByte));
-    auto run = [&](const void *wq, const dtk_rope_args *rope) {
-      return dtk_tma_post(static_cast<int>(x.scalar_type()), x.data_ptr(), ao.defined() ? ao.data_ptr() : nullptr,
-                          ly.wo.data_ptr(), ly.wo.size(1), ly.wgu_n.data_ptr(), ly.wdown.data_ptr(), wq, rope,
-                          scratch.data_ptr(), post_bar.data_ptr(), M, F, C, static_cast<float>(eps), stream());
-    };
-    int r = DTK_TMA_NO;
-    DecLayer *nl = next ? next->ly : nullptr;
-    if (nl && nl->wqkv_n.defined() && nl->wqkv_n.is_contiguous() && nl->kc.is_contiguous() &&
-        nl->vc.is_contiguous()) {
-      auto q = at::empty({M, H, D}, x.options());
-      dtk_rope_args rope{cos.data_ptr(), sin.data_ptr(), next->positions.data_ptr<int64_t>(), q.data_ptr(),
-                         nl->kc.data_ptr(), nl->vc.data_ptr(), H, Hkv, D, next->fold_q ? 1 : 0};
-      r = run(nl->wqkv_n.data_ptr(), &rope);
-      if (r != DTK_TMA_NO) next->q = q_view(q, next->fold_q);
-    }
-    if (r == DTK_TMA_NO) r = run(nullptr, nullptr);
+    int r = dtk_tma_post(static_cast<int>(x.scalar_type()), x.data_ptr(), ao.defined() ? ao.data_ptr() : nullptr,
+                         ly.wo.data_ptr(), ly.wo.size(1), ly.wgu_n.data_ptr(), ly.wdown.data_ptr(), scratch.data_ptr(),
+                         post_bar.data_ptr(), M, F, C, static_cast<float>(eps), stream());
     if (r == DTK_TMA_NO) return false;
     check_launch(r, "tma post");
     return true;
@@ -1203,13 +1174,12 @@ struct Decoder {
   // post is layer l's output projection and MLP on the residual stream x,
   // which it updates in place (the residual adds ride in the matmuls) and
   // returns. In place is safe: nothing reads a layer's input after its
-  // post (a forward's graphs all hand the one residual buffer on). Given
-  // next, post_fused may also run next's pre (next->q defined when it did).
-  at::Tensor post(DecLayer &ly, const at::Tensor &x, const at::Tensor &ao, NextPre *next = nullptr) {
-    if (folds(x) && post_fused(ly, x, ao, next)) return x;
+  // post (a forward's graphs all hand the one residual buffer on).
+  at::Tensor post(DecLayer &ly, const at::Tensor &x, const at::Tensor &ao) {
+    if (folds(x) && post_fused(ly, x, ao)) return x;
     auto y = lin(ao, ly.wo, x);
     if (folds(y)) {
-      if (post_fused(ly, y, at::Tensor(), next)) return y;
+      if (post_fused(ly, y, at::Tensor())) return y;
       return lin(gate_up_silu(y, ly.wgu_n), ly.wdown, y);
     }
     auto gu = lin_in(y, ly.wgu, kInNorm, ly.n2); // (T, 2F)
@@ -1217,20 +1187,14 @@ struct Decoder {
   }
 
 
-  // next_layer is layer l + 1, or null after the last.
-  DecLayer *next_layer(size_t l) { return l + 1 < layers.size() ? &layers[l + 1] : nullptr; }
-
   // eager is the forward without graphs; it returns the final hidden states.
   at::Tensor eager(const at::Tensor &ids, int64_t pos, int64_t causal) {
     auto Tn = ids.numel();
     auto positions = at::arange(pos, pos + Tn, ids.options().dtype(at::kLong));
     auto x = embed.index_select(0, ids); // (T, C)
-    at::Tensor q = pre(layers[0], x, positions);
-    for (size_t l = 0; l < layers.size(); l++) {
-      auto &ly = layers[l];
-      NextPre next{next_layer(l), positions, false, at::Tensor()};
-      x = post(ly, x, attend(ly, q, pos, causal).reshape({Tn, H * D}), &next);
-      if (next.ly) q = next.q.defined() ? next.q : pre(*next.ly, x, positions);
+    for (auto &ly : layers) {
+      auto q = pre(ly, x, positions);
+      x = post(ly, x, attend(ly, q, pos, causal).reshape({Tn, H * D}));
     }
     return norm_(x, norm);
   }
@@ -1275,13 +1239,7 @@ struct Decoder {
 #endif
       g->capture_begin(pool, cudaStreamCaptureModeThreadLocal);
       auto x = embed.index_select(0, c.ids);
-      at::Tensor q = pre(layers[0], x, c.pos, bucket > 0); // as in eager
-      for (size_t l = 0; l < layers.size(); l++) {
-        auto &ly = layers[l];
-        NextPre next{next_layer(l), c.pos, bucket > 0, at::Tensor()};
-        x = post(ly, x, attend_all(ly, q, c.pos, rows, bucket), &next);
-        if (next.ly) q = next.q.defined() ? next.q : pre(*next.ly, x, c.pos, bucket > 0);
-      }
+      for (auto &ly : layers) x = post(ly, x, attend_all(ly, pre(ly, x, c.pos, bucket > 0), c.pos, rows, bucket));
       c.hn = norm_(x, norm);
       g->capture_end();
 #ifdef DLLM_CUDNN_ATTN

@@ -214,28 +214,6 @@ template <typename T> __device__ inline float inv_rms(const T *x, int C, float e
   return rsqrtf(block_sum(ss) / static_cast<float>(C) + eps);
 }
 
-// rope_dst is where head h of token t (of Tn, at position p) goes: q's
-// row, folded as the cuDNN path reads q when fold (key head h / G's row t
-// G + h % G), or the key or value cache's row.
-template <typename T>
-__device__ inline T *rope_dst(T *q, T *kc, T *vc, int64_t t, int64_t h, int64_t p, int64_t Tn, int64_t H,
-                              int64_t Hkv, int64_t D, bool fold) {
-  if (h >= H + Hkv) return vc + (p * Hkv + (h - H - Hkv)) * D;
-  if (h >= H) return kc + (p * Hkv + (h - H)) * D;
-  const int64_t G = H / Hkv;
-  return q + (fold ? (h / G * Tn + t) * G + h % G : t * H + h) * D;
-}
-
-// rope_pair writes the pair (x1, x2) of dims (i, i + D/2) rotated by
-// (cos, sin) = (c1, s1) and (c2, s2), rounding where HF's x*cos +
-// rotate_half(x)*sin does (rotate_half(x) = (-x2, x1)).
-template <typename T>
-__device__ inline void rope_pair(T *dst, int64_t i, int64_t half, float x1, float x2, float c1, float c2, float s1,
-                                 float s2) {
-  dst[i] = cast<T>(round<T>(x1 * c1) + round<T>(-x2 * s1));
-  dst[i + half] = cast<T>(round<T>(x2 * c2) + round<T>(x1 * s2));
-}
-
 // Grid (T, heads / (blockDim / (D/2))): each block takes token t and
 // blockDim / (D/2) consecutive heads of the fused output, D/2 threads a
 // head, each rotating the pair (i, i + D/2). NORM: qkv is the projection of
@@ -260,10 +238,10 @@ __global__ void rope_qkv_kernel(const T *qkv, const T *cos, const T *sin, const 
   const T *src = qkv + (t * (H + 2 * Hkv) + h) * D;
   auto in = [&](int64_t j) { return NORM ? round<T>(f32(src[j]) * r) : f32(src[j]); };
   int64_t p = pos[t];
-  T *dst = rope_dst(q, kc, vc, t, h, p, gridDim.x, H, Hkv, D, fold);
   if (h >= H + Hkv) { // a value head: copied as is
     dep_wait();
     dep_launch();
+    T *dst = vc + (p * Hkv + (h - H - Hkv)) * D;
     dst[i] = cast<T>(in(i));
     dst[i + half] = cast<T>(in(i + half));
     return;
@@ -272,7 +250,13 @@ __global__ void rope_qkv_kernel(const T *qkv, const T *cos, const T *sin, const 
   float c1 = f32(c[i]), c2 = f32(c[i + half]), s1 = f32(s[i]), s2 = f32(s[i + half]);
   dep_wait();
   dep_launch();
-  rope_pair(dst, i, half, in(i), in(i + half), c1, c2, s1, s2);
+  // Folded: key head h / G's row t G + h % G, as the cuDNN path reads q.
+  const int64_t G = H / Hkv, qrow = fold ? (h / G * gridDim.x + t) * G + h % G : t * H + h;
+  T *dst = h < H ? q + qrow * D : kc + (p * Hkv + (h - H)) * D;
+  float x1 = in(i), x2 = in(i + half);
+  // x*cos + rotate_half(x)*sin with rotate_half(x) = (-x2, x1).
+  dst[i] = cast<T>(round<T>(x1 * c1) + round<T>(-x2 * s1));
+  dst[i + half] = cast<T>(round<T>(x2 * c2) + round<T>(x1 * s2));
 }
 
 // silu_mul_vec_kernel is silu_mul_kernel 16 bytes at a time (F % 8 == 0).
@@ -1190,15 +1174,6 @@ template <> __device__ inline void wgmma_ss<64>(float (&d)[8][4], uint64_t a, ui
                : "l"(a), "l"(b), "r"(1));
 #endif
 }
-template <> __device__ inline void wgmma_ss<80>(float (&d)[10][4], uint64_t a, uint64_t b) {
-#ifdef DLLM_TMA_DEVICE
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %42, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n80k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39}, "
-               "%40, %41, p, 1, 1, 0, 0;\n}\n"
-               : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3])
-               : "l"(a), "l"(b), "r"(1));
-#endif
-}
 template <> __device__ inline void wgmma_ss<96>(float (&d)[12][4], uint64_t a, uint64_t b) {
 #ifdef DLLM_TMA_DEVICE
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %50, 0;\n"
@@ -1531,15 +1506,7 @@ template <int ST> constexpr size_t tgemm_gu_smem() { return 1024 + size_t(ST + 1
 // step and the barrier run), and fewer kernel boundaries. The grid must be
 // resident at once (dtk_tma_post checks the SMs); it lets the next kernel
 // launch only after its first barrier, so that kernel cannot take an SM
-// one of this grid's CTAs still waits for. Optionally it also runs the next
-// layer's QKV projection (tgemm_kernel<64, 4>'s work as (80-row slice, K
-// / 4) parts, one a CTA) after one more barrier, its weights fetched while
-// the down projection runs, and after another the RoPE kernel's step, the
-// parts summed in rank order as cluster_sum_out sums them (the QKV and
-// RoPE kernels' boundaries and QKV's ramp added ~8 us a layer for ~2.5
-// us of bytes). Its inverse RMS sums x's squares over four partial sums
-// (the QKV CTAs'), not in rope_qkv_kernel's order: there it can differ in
-// the last bit.
+// one of this grid's CTAs still waits for.
 
 __device__ inline unsigned long long ld_acquire_u64(const unsigned long long *p) {
   unsigned long long v = 0;
@@ -1581,15 +1548,15 @@ __device__ inline void grid_sync(unsigned long long *bar, unsigned n) {
 // A stage holds the down projection's (128, 64) weight box and x's (32,
 // 64) at kPostW; gate-up's two (48, 64) boxes take 96 of the 128 rows,
 // the output projection's one 64.
-constexpr int kPostND = 128, kPostKS = 8, kPostOS = 4, kPostNQ = 80, kPostQS = 4, kPostRopeRuns = 3,
-              kPostW = kPostND * 128, kPostStage = kPostW + kTmaRows * 128;
+constexpr int kPostND = 128, kPostKS = 8, kPostOS = 4, kPostW = kPostND * 128,
+              kPostStage = kPostW + kTmaRows * 128;
 
 // DLLM_MLP_TRACE (scripts/mlp_probe.cu only): thread 0 writes
 // %globaltimer at the kernel's steps to g_mlp_trace, (launch, CTA, 10) by
 // the barrier count.
 #ifdef DLLM_MLP_TRACE
 __device__ unsigned long long *g_mlp_trace;
-constexpr int kMlpTraceLaunches = 64, kMlpTraceMarks = 14;
+constexpr int kMlpTraceLaunches = 64, kMlpTraceMarks = 10;
 __device__ inline unsigned long long gtimer() {
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -1610,17 +1577,6 @@ struct PostMaps {
   CUtensorMap o, ao; // output projection (C, Ko) in (64, 64) boxes; attention output (M, Ko)
   CUtensorMap gu, x; // gate-up (2F, C) in (48, 64) boxes; the residual stream y (M, C)
   CUtensorMap dn, h; // down (C, F) in (128, 64) boxes; gate-up's outputs (M, F)
-  CUtensorMap q;     // the next layer's folded QKV (Nq, C) in (80, 64) boxes
-};
-
-// PostRope: where tpost_kernel's RoPE step reads and writes
-// (dtk_rope_args on the device; q null: no QKV step).
-struct PostRope {
-  const __nv_bfloat16 *cos, *sin;
-  const int64_t *pos;
-  __nv_bfloat16 *q, *kc, *vc;
-  int H, Hkv, D;
-  bool fold;
 };
 
 // part_store writes warps 0-1's accumulator rows (< M; warps 2-3 hold
@@ -1642,19 +1598,15 @@ __device__ inline void part_store(const float (&d)[NJ][4], float *part, int M, i
 }
 
 // tpost_kernel: see above. has_o: the output projection first (y += ao
-// Wo^T); h, part and ssp (kPostQS, M) scratch; y the residual stream,
-// updated in place; rope.q not null: then the next layer's QKV projection
-// (its Nq = (H + 2 Hkv) D rows in maps.q) and RoPE into rope.
+// Wo^T); h and part scratch; y the residual stream, updated in place.
 template <int ST>
 __global__ void __launch_bounds__(160, 1)
-    tpost_kernel(const __grid_constant__ PostMaps maps, bool has_o, const PostRope rope, __nv_bfloat16 *h,
-                 float *part, float *ssp, __nv_bfloat16 *y, unsigned long long *bar, int M, int F, int C, int Ko,
-                 float eps) {
+    tpost_kernel(const __grid_constant__ PostMaps maps, bool has_o, __nv_bfloat16 *h, float *part, __nv_bfloat16 *y,
+                 unsigned long long *bar, int M, int F, int C, int Ko, float eps) {
 #ifdef DLLM_TMA_DEVICE
   using T = __nv_bfloat16;
-  constexpr int NH = 48, NG = 2 * NH, NO = 64, ND = kPostND, NQ = kPostNQ, kH = NH * 128, kW = kPostW, RS = NG + 8;
-  constexpr int kOBytes = NO * 128 + kTmaRows * 128, kGuBytes = 2 * kH + kTmaRows * 128, kDnBytes = kPostStage,
-                kQBytes = NQ * 128 + kTmaRows * 128;
+  constexpr int NH = 48, NG = 2 * NH, NO = 64, ND = kPostND, kH = NH * 128, kW = kPostW, RS = NG + 8;
+  constexpr int kOBytes = NO * 128 + kTmaRows * 128, kGuBytes = 2 * kH + kTmaRows * 128, kDnBytes = kPostStage;
   extern __shared__ __align__(16) unsigned char smem_[];
   unsigned char *smem =
       reinterpret_cast<unsigned char *>((reinterpret_cast<uintptr_t>(smem_) + 1023) & ~uintptr_t(1023));
@@ -1669,14 +1621,10 @@ __global__ void __launch_bounds__(160, 1)
   // The phases' chunks are numbered on through the ring: the output
   // projection's CHo (slice no, K part ro), gate-up's CHg (gate rows [j0,
   // j0 + 48) and the same up rows), the down projection's CHd (slice nd,
-  // K part rd), the QKV projection's CHq (slice nq, K part rq).
+  // K part rd).
   const int CHo = has_o ? Ko / 64 / kPostOS : 0, no = b / kPostOS, ro = b % kPostOS, ko0 = ro * CHo * 64;
   const int CHg = C / 64, j0 = b * NH, cg = CHo;
   const int CHd = F / 64 / kPostKS, nd = b / kPostKS, rd = b % kPostKS, kd0 = rd * CHd * 64, cd = CHo + CHg;
-  const bool has_q = rope.q != nullptr;
-  const int Nq = (rope.H + 2 * rope.Hkv) * rope.D;
-  const int CHq = has_q ? C / 64 / kPostQS : 0, nq = b / kPostQS, rq = b % kPostQS, kq0 = rq * CHq * 64,
-            cq = cd + CHd;
   auto stage = [&](int c) { return smem_u32(smem + (c % ST) * kPostStage); };
   auto full = [&](int c) { return full0 + 8 * (c % ST); };
 #ifdef DLLM_MLP_TRACE
@@ -1710,11 +1658,6 @@ __global__ void __launch_bounds__(160, 1)
       const int c = cd + i;
       mbar_expect(full(c), kDnBytes);
       tma_load2d(stage(c), maps.dn, kd0 + 64 * i, nd * ND, full(c));
-    };
-    auto q_w = [&](int j) {
-      const int c = cq + j;
-      mbar_expect(full(c), kQBytes);
-      tma_load2d(stage(c), maps.q, kq0 + 64 * j, nq * NQ, full(c));
     };
     const int preg = min(ST, CHg), pred = min(ST, CHd);
     int g_issued = 0;
@@ -1751,29 +1694,6 @@ __global__ void __launch_bounds__(160, 1)
       }
     }
     __syncwarp();
-    if (has_q) {
-      // The QKV weights once this CTA's down products are done (issued as
-      // down's stages freed, they slowed its last chunks, which the
-      // barrier after waits for: probe, nineteenth session); y's columns
-      // once summed (named barrier 4).
-      const int preq = min(ST, CHq);
-      if (lane == 0) {
-        wait_free(cd + CHd - 1 + ST); // down's last stage is free
-        for (int j = 0; j < preq; j++) wait_free(cq + j), q_w(j);
-      }
-      __syncwarp();
-      asm volatile("bar.sync 4, 160;" ::: "memory");
-      if (lane == 0) {
-        proxy_fence_global();
-        for (int j = 0; j < preq; j++) tma_load2d(stage(cq + j) + kW, maps.x, kq0 + 64 * j, 0, full(cq + j));
-        for (int j = preq; j < CHq; j++) {
-          wait_free(cq + j);
-          q_w(j);
-          tma_load2d(stage(cq + j) + kW, maps.x, kq0 + 64 * j, 0, full(cq + j));
-        }
-      }
-      __syncwarp();
-    }
     return;
   }
 
@@ -1812,24 +1732,8 @@ __global__ void __launch_bounds__(160, 1)
     }
   };
   dep_wait();
-  // The RoPE step's positions and tables (see 6), fetched now: they depend
-  // on nothing this kernel writes, and fetched late they held up the CTA's
-  // arrival at a barrier.
-  constexpr int kRuns = kPostRopeRuns;
-  const int half = rope.D / 2, heads = rope.H + 2 * rope.Hkv, n_rope = M * heads * half;
-  float cs[kRuns][4];
-  int64_t pp[kRuns];
-  if (has_q) {
-#pragma unroll
-    for (int k = 0; k < kRuns; k++) {
-      const int u = min((k * G + b) * 128 + tid, n_rope - 1), t = u / (heads * half), i = u % half;
-      pp[k] = rope.pos[t];
-      const T *c = rope.cos + pp[k] * rope.D + i, *s = rope.sin + pp[k] * rope.D + i;
-      cs[k][0] = f32(c[0]), cs[k][1] = f32(c[half]), cs[k][2] = f32(s[0]), cs[k][3] = f32(s[half]);
-    }
-  }
 #ifdef DLLM_MLP_TRACE
-  launch_no = unsigned(ld_acquire_u64(bar) / (uint64_t((has_o ? 4 : 2) + (has_q ? 2 : 0)) * gridDim.x));
+  launch_no = unsigned(ld_acquire_u64(bar) / (uint64_t(has_o ? 4 : 2) * gridDim.x));
   if (g_mlp_trace && tid == 0)
     g_mlp_trace[(size_t(launch_no % kMlpTraceLaunches) * gridDim.x + blockIdx.x) * kMlpTraceMarks] = t_start;
 #endif
@@ -1891,82 +1795,12 @@ __global__ void __launch_bounds__(160, 1)
     }
     wg_wait(d);
     MLP_MARK(5);
-    if (has_q) rel_last(cd + CHd - 1);
     part_store(d, part, M, C, rd, nd * ND);
   }
   grid_sync(bar, G);
   MLP_MARK(6);
   sum_into_y(kPostKS);
   MLP_MARK(7);
-
-  if (!has_q) return;
-
-  // 5. The next layer's QKV projection's K parts into part, and x's sums of
-  // squares over each K part into ssp (from the slice-0 CTAs).
-  proxy_fence_global(); // y is read by other CTAs' TMA copies
-  grid_sync(bar, G);
-  MLP_MARK(10);
-  asm volatile("bar.sync 4, 160;" ::: "memory");
-  {
-    const int row = tid / 4, q = tid % 4;
-    float d[NQ / 8][4] = {};
-    float ss = 0;
-    for (int j = 0; j < CHq; j++) {
-      const int c = cq + j;
-      mma_chunk<NQ>(d, c, ST, full0, stage(c), stage(c) + kW);
-      x_squares(ss, smem + (c % ST) * kPostStage + kW, M);
-      rel(c, j == 0);
-    }
-    wg_wait(d);
-    MLP_MARK(13);
-    ss += __shfl_xor_sync(0xffffffff, ss, 1);
-    ss += __shfl_xor_sync(0xffffffff, ss, 2);
-    if (nq == 0 && q == 0 && row < M) ssp[rq * M + row] = ss;
-    part_store(d, part, M, Nq, rq, nq * NQ);
-  }
-
-  // 6. RoPE (rope_qkv_kernel's step) over the parts summed in rank order,
-  // a thread's pairs (i, i + D/2) of a head of a token at (k G + b) 128 +
-  // tid, kRuns of them (positions and tables fetched at the start), all
-  // their parts loaded at once.
-  {
-    const int n = n_rope;
-    grid_sync(bar, G);
-    MLP_MARK(11);
-    float v[kRuns][2][kPostQS], sq[kRuns][kPostQS];
-#pragma unroll
-    for (int k = 0; k < kRuns; k++) {
-      const int u = min((k * G + b) * 128 + tid, n - 1), t = u / (heads * half), hh = u / half % heads,
-                i = u % half;
-#pragma unroll
-      for (int r = 0; r < kPostQS; r++) {
-        const float *pr = part + (size_t(r) * M + t) * Nq + hh * rope.D + i;
-        v[k][0][r] = __ldcg(pr), v[k][1][r] = __ldcg(pr + half), sq[k][r] = __ldcg(ssp + r * M + t);
-      }
-    }
-#pragma unroll
-    for (int k = 0; k < kRuns; k++) {
-      const int u = (k * G + b) * 128 + tid, t = u / (heads * half), hh = u / half % heads, i = u % half;
-      if (u >= n) break;
-      float ss = 0, x[2];
-#pragma unroll
-      for (int r = 0; r < kPostQS; r++) ss += sq[k][r];
-      const float rr = rsqrtf(ss / static_cast<float>(C) + eps);
-#pragma unroll
-      for (int e = 0; e < 2; e++) {
-        float a = 0;
-#pragma unroll
-        for (int r = 0; r < kPostQS; r++) a += v[k][e][r];
-        x[e] = round<T>(round<T>(a) * rr);
-      }
-      T *dst = rope_dst(rope.q, rope.kc, rope.vc, t, hh, pp[k], M, rope.H, rope.Hkv, rope.D, rope.fold);
-      if (hh >= rope.H + rope.Hkv) // a value head: copied as is
-        dst[i] = cast<T>(x[0]), dst[i + half] = cast<T>(x[1]);
-      else
-        rope_pair(dst, i, half, x[0], x[1], cs[k][0], cs[k][1], cs[k][2], cs[k][3]);
-    }
-    MLP_MARK(12);
-  }
 #else
   __trap();
 #endif
@@ -2047,8 +1881,8 @@ bool aligned16(const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 
 // device cannot hold them all at once (the grid barriers would wait for
 // ever).
 template <int ST>
-int tpost(const PostMaps &maps, bool has_o, const PostRope &rope, void *h, void *part, void *ssp, void *y, void *bar,
-          int G, int64_t M, int64_t F, int64_t C, int64_t Ko, float eps, cudaStream_t s) {
+int tpost(const PostMaps &maps, bool has_o, void *h, void *part, void *y, void *bar, int G, int64_t M, int64_t F,
+          int64_t C, int64_t Ko, float eps, cudaStream_t s) {
   constexpr size_t smem = tpost_smem<ST>();
   static const bool ok = [&] {
     int dev = 0, sms = 0, per = 0;
@@ -2060,10 +1894,10 @@ int tpost(const PostMaps &maps, bool has_o, const PostRope &rope, void *h, void 
            per >= 1 && sms >= G;
   }();
   if (!ok) return DTK_TMA_NO;
-  return launch(tpost_kernel<ST>, dim3(static_cast<unsigned>(G)), 160, smem, s, maps, has_o, rope,
-                static_cast<__nv_bfloat16 *>(h), static_cast<float *>(part), static_cast<float *>(ssp),
-                static_cast<__nv_bfloat16 *>(y), static_cast<unsigned long long *>(bar), static_cast<int>(M),
-                static_cast<int>(F), static_cast<int>(C), static_cast<int>(Ko), eps);
+  return launch(tpost_kernel<ST>, dim3(static_cast<unsigned>(G)), 160, smem, s, maps, has_o,
+                static_cast<__nv_bfloat16 *>(h), static_cast<float *>(part), static_cast<__nv_bfloat16 *>(y),
+                static_cast<unsigned long long *>(bar), static_cast<int>(M), static_cast<int>(F), static_cast<int>(C),
+                static_cast<int>(Ko), eps);
 }
 
 // TmaStages is how many copy stages each TMA GEMM's ring holds: more
@@ -2342,51 +2176,35 @@ int dtk_tma_gate_up_silu(int dtype, const void *x, const void *w, void *out, int
 }
 
 int dtk_tma_post(int dtype, void *y, const void *ao, const void *wo, int64_t Ko, const void *wgu, const void *wdown,
-                 const void *wq, const dtk_rope_args *rope, void *scratch, void *sync, int64_t M, int64_t F,
-                 int64_t C, float eps, void *stream) {
+                 void *scratch, void *sync, int64_t M, int64_t F, int64_t C, float eps, void *stream) {
   early_launch_init(static_cast<cudaStream_t>(stream));
 #ifdef DLLM_SM90A
-  // DLLM_POST_FUSED: 0 off, 1 the MLP only, 2 with the output projection,
-  // 3 (default) also with the next layer's QKV projection and RoPE (to
-  // measure).
+  // DLLM_POST_FUSED: 0 off, 1 the MLP only, 2 (default) with the output
+  // projection (to measure).
   static const int mode = [] {
     const char *e = std::getenv("DLLM_POST_FUSED");
-    return e && *e ? std::atoi(e) : 3;
+    return e && *e ? std::atoi(e) : 2;
   }();
   // The grid: F / 48 gate-up slices; as many down parts (C / 128 slices of
-  // 8 K parts), output projection parts (C / 64 slices of 4) and QKV parts
-  // (Nq / 80 slices of 4). MiniCPM5-2B: 128 CTAs.
+  // 8 K parts) and output projection parts (C / 64 slices of 4).
+  // MiniCPM5-2B: 128 CTAs.
   const int64_t G = F / 48;
-  const bool has_o = ao && mode >= 2, has_q = wq && rope && mode >= 3;
-  const int64_t Nq = has_q ? (rope->H + 2 * rope->Hkv) * rope->D : 0;
-  if (mode < 1 || (ao && !has_o) || (wq && !has_q) || !tma_on() || dtype != kBF16 || M < 1 || M > kTmaRows ||
-      C % 128 != 0 || F % 48 != 0 || (F / 64) % kPostKS != 0 || C / kPostND * kPostKS != G || C % (4 * G) != 0 ||
+  const bool has_o = ao && mode >= 2;
+  if (mode < 1 || (ao && !has_o) || !tma_on() || dtype != kBF16 || M < 1 || M > kTmaRows || C % 128 != 0 ||
+      F % 48 != 0 || (F / 64) % kPostKS != 0 || C / kPostND * kPostKS != G || C % (4 * G) != 0 ||
       (has_o && (C / 64 * kPostOS != G || Ko % (64 * kPostOS) != 0 || !aligned16(ao) || !aligned16(wo))) ||
-      (has_q && (Nq % kPostNQ != 0 || Nq / kPostNQ * kPostQS != G || C % (64 * kPostQS) != 0 || !aligned16(wq) ||
-                 rope->D % 2 != 0 || rope->Hkv < 1 || rope->H % rope->Hkv != 0 || Nq * kPostQS > C * kPostKS ||
-                 M * Nq / 2 > int64_t(kPostRopeRuns) * G * 128)) ||
       !aligned16(y) || !aligned16(wgu) || !aligned16(wdown) || !aligned16(scratch) || !sync ||
       reinterpret_cast<uintptr_t>(sync) % 8 != 0)
     return DTK_TMA_NO;
   auto h = static_cast<char *>(scratch);
-  auto part = h + M * F * 2, ssp = part + int64_t(kPostKS) * M * C * 4;
+  auto part = h + M * F * 2;
   PostMaps maps;
   if ((has_o && (!tmap2d(&maps.o, wo, C, Ko, 64) || !tmap2d(&maps.ao, ao, M, Ko, kTmaRows))) ||
       !tmap2d(&maps.gu, wgu, 2 * F, C, 48) || !tmap2d(&maps.x, y, M, C, kTmaRows) ||
-      !tmap2d(&maps.dn, wdown, C, F, kPostND) || !tmap2d(&maps.h, h, M, F, kTmaRows) ||
-      (has_q && !tmap2d(&maps.q, wq, Nq, C, kPostNQ)))
+      !tmap2d(&maps.dn, wdown, C, F, kPostND) || !tmap2d(&maps.h, h, M, F, kTmaRows))
     return cudaErrorInvalidValue;
   if (!has_o) maps.o = maps.ao = maps.x; // unread
-  PostRope r{};
-  if (has_q) {
-    using T = __nv_bfloat16;
-    r = PostRope{static_cast<const T *>(rope->cos), static_cast<const T *>(rope->sin), rope->pos,
-                 static_cast<T *>(rope->q), static_cast<T *>(rope->kcache), static_cast<T *>(rope->vcache),
-                 int(rope->H), int(rope->Hkv), int(rope->D), rope->fold_q != 0};
-  } else {
-    maps.q = maps.x; // unread
-  }
-  return tpost<10>(maps, has_o, r, h, part, ssp, y, sync, int(G), M, F, C, has_o ? Ko : 0, eps,
+  return tpost<10>(maps, has_o, h, part, y, sync, int(G), M, F, C, has_o ? Ko : 0, eps,
                    static_cast<cudaStream_t>(stream));
 #else
   return DTK_TMA_NO;
@@ -2394,7 +2212,7 @@ int dtk_tma_post(int dtype, void *y, const void *ao, const void *wo, int64_t Ko,
 }
 
 int64_t dtk_tma_post_scratch(int64_t M, int64_t F, int64_t C) {
-  return (M * F * 2 + 15) / 16 * 16 + int64_t(kPostKS) * M * C * 4 + int64_t(kPostQS) * M * 4;
+  return (M * F * 2 + 15) / 16 * 16 + int64_t(kPostKS) * M * C * 4;
 }
 
 } // extern "C"

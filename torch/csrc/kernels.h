@@ -147,23 +147,12 @@ int dtk_tma_gate_up_silu(int dtype, const void *x, const void *w, void *out, int
 // kernel uses while it runs (a count of barrier arrivals). The grid must
 // be resident at once: it needs an SM for each of F / 48 CTAs, which
 // kernels of other processes sharing the GPU through MPS could hold (set
-// DLLM_POST_FUSED=0 there). Given wq ((H+2Hkv)D, C), the next layer's
-// fused QKV weight with its RMSNorm's weight folded in, and rope, it then
-// does that layer's dtk_rope_qkv(y wq^T, ..., x = y) into rope's q and
-// caches. DTK_TMA_NO where it does not take the shape (with wq or ao as
-// given) or the device; DLLM_POST_FUSED=0 turns it off, 1 leaves the
-// output projection out and 2 the next layer's QKV (to measure).
+// DLLM_POST_FUSED=0 there). DTK_TMA_NO where it does not take the shape
+// or the device; DLLM_POST_FUSED=0 turns it off, 1 leaves the output
+// projection out (to measure).
 #define DTK_TMA_POST_SYNC 8
-typedef struct {
-  const void *cos, *sin; // (Max, D) tables
-  const int64_t *pos;    // (M) the rows' positions
-  void *q, *kcache, *vcache;
-  int64_t H, Hkv, D;
-  int fold_q;
-} dtk_rope_args;
 int dtk_tma_post(int dtype, void *y, const void *ao, const void *wo, int64_t Ko, const void *wgu, const void *wdown,
-                 const void *wq, const dtk_rope_args *rope, void *scratch, void *sync, int64_t M, int64_t F,
-                 int64_t C, float eps, void *stream);
+                 void *scratch, void *sync, int64_t M, int64_t F, int64_t C, float eps, void *stream);
 int64_t dtk_tma_post_scratch(int64_t M, int64_t F, int64_t C);
 
 #ifdef __cplusplus
