@@ -967,21 +967,10 @@ struct Decoder {
 #ifdef DLLM_KERNELS
     if (kernels) {
       auto q = at::empty({Tn, H, D}, x.options());
-      // A block step's gate-up weights: their first gu_l2 chunks of 64
-      // columns a row asked of the L2 cache while the attention runs,
-      // which moves little (DLLM_GU_L2=n, 0 none: to measure).
-      static const int64_t gu_l2 = [] {
-        const char *e = std::getenv("DLLM_GU_L2");
-        return e && *e ? std::max<int64_t>(0, std::atoll(e)) : 0;
-      }();
-      dtk_l2_rows l2{nullptr, 0, 0, 0};
-      if (f && Tn <= 32 && gu_l2 > 0 && ly.wgu_n.is_contiguous())
-        l2 = dtk_l2_rows{ly.wgu_n.data_ptr(), ly.wgu_n.size(0), ly.wgu_n.size(1) * ly.wgu_n.element_size(),
-                         std::min(gu_l2 * 64, ly.wgu_n.size(1)) * ly.wgu_n.element_size()};
       check_launch(dtk_rope_qkv(static_cast<int>(x.scalar_type()), qkv.data_ptr(), cos.data_ptr(), sin.data_ptr(),
                                 positions.data_ptr<int64_t>(), q.data_ptr(), ly.kc.data_ptr(), ly.vc.data_ptr(), Tn,
                                 H, Hkv, D, f ? x.data_ptr() : nullptr, x.size(1), static_cast<float>(eps),
-                                fold_q ? 1 : 0, &l2, stream()),
+                                fold_q ? 1 : 0, stream()),
                    "rope_qkv");
       return fold_q ? q.view({1, Hkv, Tn * (H / Hkv), D}) : q.unsqueeze(0);
     }

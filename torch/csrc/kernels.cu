@@ -214,20 +214,6 @@ template <typename T> __device__ inline float inv_rms(const T *x, int C, float e
   return rsqrtf(block_sum(ss) / static_cast<float>(C) + eps);
 }
 
-// l2_rows asks the L2 cache for the first l2.bytes of each of l2.rows
-// rows l2.stride bytes apart, spread over every thread of the grid (one
-// bulk prefetch a row; nothing on devices before sm_90).
-__device__ inline void l2_rows(const dtk_l2_rows &l2) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  const int64_t n = int64_t(gridDim.x) * gridDim.y * blockDim.x;
-  for (int64_t r = (int64_t(blockIdx.y) * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x; r < l2.rows; r += n)
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(static_cast<const char *>(l2.base) +
-                                                                     r * l2.stride),
-                 "r"(static_cast<unsigned>(l2.bytes))
-                 : "memory");
-#endif
-}
-
 // Grid (T, heads / (blockDim / (D/2))): each block takes token t and
 // blockDim / (D/2) consecutive heads of the fused output, D/2 threads a
 // head, each rotating the pair (i, i + D/2). NORM: qkv is the projection of
@@ -235,12 +221,9 @@ __device__ inline void l2_rows(const dtk_l2_rows &l2) {
 // projection's columns, see dtk_rope_qkv), so each value is first scaled by
 // x_t's inverse RMS and rounded, which is what the projection of the
 // normalised row gives up to rounding.
-// l2 (rows 0: none) is prefetched once the kernel before has ended (see
-// dtk_rope_qkv).
 template <typename T, bool NORM>
 __global__ void rope_qkv_kernel(const T *qkv, const T *cos, const T *sin, const int64_t *pos, T *q, T *kc, T *vc,
-                                int64_t H, int64_t Hkv, int64_t D, const T *x, int C, float eps, bool fold,
-                                const dtk_l2_rows l2) {
+                                int64_t H, int64_t Hkv, int64_t D, const T *x, int C, float eps, bool fold) {
   const int64_t t = blockIdx.x, half = D / 2, i = threadIdx.x % half;
   const int64_t h = int64_t(blockIdx.y) * (blockDim.x / half) + threadIdx.x / half;
   // The positions (written when the forward starts, several kernels back:
@@ -250,7 +233,6 @@ __global__ void rope_qkv_kernel(const T *qkv, const T *cos, const T *sin, const 
   if (h >= H + 2 * Hkv) { // a block's spare heads (the last block)
     dep_wait();
     dep_launch();
-    l2_rows(l2);
     return;
   }
   const T *src = qkv + (t * (H + 2 * Hkv) + h) * D;
@@ -259,7 +241,6 @@ __global__ void rope_qkv_kernel(const T *qkv, const T *cos, const T *sin, const 
   if (h >= H + Hkv) { // a value head: copied as is
     dep_wait();
     dep_launch();
-    l2_rows(l2);
     T *dst = vc + (p * Hkv + (h - H - Hkv)) * D;
     dst[i] = cast<T>(in(i));
     dst[i + half] = cast<T>(in(i + half));
@@ -269,7 +250,6 @@ __global__ void rope_qkv_kernel(const T *qkv, const T *cos, const T *sin, const 
   float c1 = f32(c[i]), c2 = f32(c[i + half]), s1 = f32(s[i]), s2 = f32(s[i + half]);
   dep_wait();
   dep_launch();
-  l2_rows(l2);
   // Folded: key head h / G's row t G + h % G, as the cuDNN path reads q.
   const int64_t G = H / Hkv, qrow = fold ? (h / G * gridDim.x + t) * G + h % G : t * H + h;
   T *dst = h < H ? q + qrow * D : kc + (p * Hkv + (h - H)) * D;
@@ -461,13 +441,13 @@ template <typename T> int rms_norm(const void *x, const void *w, void *out, int6
 template <typename T>
 int rope_qkv(const void *qkv, const void *cos, const void *sin, const int64_t *pos, void *q, void *kc, void *vc,
              int64_t Tn, int64_t H, int64_t Hkv, int64_t D, const void *x, int64_t C, float eps, bool fold,
-             const dtk_l2_rows &l2, cudaStream_t s) {
+             cudaStream_t s) {
   if (!x) {
     dim3 grid(Tn, H + 2 * Hkv);
     return launch(rope_qkv_kernel<T, false>, grid, static_cast<unsigned>(D / 2), 0, s, static_cast<const T *>(qkv),
                   static_cast<const T *>(cos), static_cast<const T *>(sin), pos, static_cast<T *>(q),
                   static_cast<T *>(kc), static_cast<T *>(vc), H, Hkv, D, static_cast<const T *>(nullptr), 0, eps,
-                  fold, l2);
+                  fold);
   }
   // Several heads a block, so that fewer blocks each read x's row.
   int64_t hb = D / 2 >= 256 ? 1 : 256 / (D / 2), heads = H + 2 * Hkv;
@@ -475,7 +455,7 @@ int rope_qkv(const void *qkv, const void *cos, const void *sin, const int64_t *p
   return launch(rope_qkv_kernel<T, true>, grid, static_cast<unsigned>(hb * (D / 2)), 0, s,
                 static_cast<const T *>(qkv), static_cast<const T *>(cos), static_cast<const T *>(sin), pos,
                 static_cast<T *>(q), static_cast<T *>(kc), static_cast<T *>(vc), H, Hkv, D,
-                static_cast<const T *>(x), static_cast<int>(C), eps, fold, l2);
+                static_cast<const T *>(x), static_cast<int>(C), eps, fold);
 }
 
 template <typename T>
@@ -1967,17 +1947,14 @@ static bool x_ok(const void *x, int64_t C, int dtype) {
 
 int dtk_rope_qkv(int dtype, const void *qkv, const void *cos, const void *sin, const int64_t *pos, void *q,
                  void *kcache, void *vcache, int64_t T, int64_t H, int64_t Hkv, int64_t D, const void *x, int64_t C,
-                 float eps, int fold_q, const dtk_l2_rows *l2, void *stream) {
+                 float eps, int fold_q, void *stream) {
   auto s = static_cast<cudaStream_t>(stream);
-  const dtk_l2_rows none{nullptr, 0, 0, 0}, &pf = l2 ? *l2 : none;
-  if (D % 2 != 0 || D / 2 > 1024 || (x && !x_ok(x, C, dtype)) || Hkv < 1 || H % Hkv != 0 ||
-      (pf.rows > 0 && (!aligned16(pf.base) || pf.stride % 16 != 0 || pf.bytes % 16 != 0 || pf.bytes <= 0)))
+  if (D % 2 != 0 || D / 2 > 1024 || (x && !x_ok(x, C, dtype)) || Hkv < 1 || H % Hkv != 0)
     return cudaErrorInvalidValue;
   if (dtype == kBF16)
-    return rope_qkv<__nv_bfloat16>(qkv, cos, sin, pos, q, kcache, vcache, T, H, Hkv, D, x, C, eps, fold_q != 0, pf,
-                                   s);
+    return rope_qkv<__nv_bfloat16>(qkv, cos, sin, pos, q, kcache, vcache, T, H, Hkv, D, x, C, eps, fold_q != 0, s);
   if (dtype == kF16)
-    return rope_qkv<__half>(qkv, cos, sin, pos, q, kcache, vcache, T, H, Hkv, D, x, C, eps, fold_q != 0, pf, s);
+    return rope_qkv<__half>(qkv, cos, sin, pos, q, kcache, vcache, T, H, Hkv, D, x, C, eps, fold_q != 0, s);
   return cudaErrorInvalidValue;
 }
 

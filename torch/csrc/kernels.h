@@ -26,17 +26,9 @@ int dtk_rms_norm(int dtype, const void *x, const void *w, void *out, int64_t row
 // RMSNorm costs no kernel of its own. x: 16-byte aligned, C % 8 == 0.
 // fold_q != 0: q is written (Hkv, T G, D) instead, G = H / Hkv, head h of
 // token t at key head h / G's row t G + h % G (the decoder's cuDNN path).
-// l2, not null: once the kernel before has ended, the kernel also asks the
-// L2 cache for those bytes (weights a later kernel streams, fetched while
-// the attention leaves the memory idle); base 16-byte aligned, stride and
-// bytes multiples of 16.
-typedef struct {
-  const void *base;
-  int64_t rows, stride, bytes; // the first bytes of rows rows, stride bytes apart
-} dtk_l2_rows;
 int dtk_rope_qkv(int dtype, const void *qkv, const void *cos, const void *sin, const int64_t *pos, void *q,
                  void *kcache, void *vcache, int64_t T, int64_t H, int64_t Hkv, int64_t D, const void *x, int64_t C,
-                 float eps, int fold_q, const dtk_l2_rows *l2, void *stream);
+                 float eps, int fold_q, void *stream);
 
 // out (T, F) = silu(gu[:, :F]) * gu[:, F:], rounding after the SiLU as
 // at::silu followed by a product does. Given x (T, C), not null, gate and
