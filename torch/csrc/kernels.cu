@@ -1174,15 +1174,6 @@ template <> __device__ inline void wgmma_ss<64>(float (&d)[8][4], uint64_t a, ui
                : "l"(a), "l"(b), "r"(1));
 #endif
 }
-template <> __device__ inline void wgmma_ss<80>(float (&d)[10][4], uint64_t a, uint64_t b) {
-#ifdef DLLM_TMA_DEVICE
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %42, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n80k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39}, "
-               "%40, %41, p, 1, 1, 0, 0;\n}\n"
-               : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3])
-               : "l"(a), "l"(b), "r"(1));
-#endif
-}
 template <> __device__ inline void wgmma_ss<96>(float (&d)[12][4], uint64_t a, uint64_t b) {
 #ifdef DLLM_TMA_DEVICE
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %50, 0;\n"
@@ -1915,12 +1906,8 @@ int tpost(const PostMaps &maps, bool has_o, void *h, void *part, void *y, void *
 // shared memory fits together. DLLM_TMA_ST=lin,gu,down (the 64-row-slice
 // projections QKV and output, gate-up, down) overrides the defaults, to
 // measure; a value outside the compiled ones keeps its default.
-// DLLM_TMA_QKV80=n (2 or 4) takes QKV-shaped projections (N a multiple
-// of 80) in 80-row slices with n stages, so that their grid (MiniCPM5-2B:
-// 128 CTAs) fits beside the persistent kernel's CTAs, whose stage count
-// DLLM_POST_ST (7, 8 or 10) sets (to measure).
 struct TmaStages {
-  int lin = 8, gu = 6, down = 4, qkv80 = 0, post = 10;
+  int lin = 8, gu = 6, down = 4;
 };
 const TmaStages &tma_stages() {
   static const TmaStages st = [] {
@@ -1933,9 +1920,6 @@ const TmaStages &tma_stages() {
       if (c == 3 || c == 4 || c == 5) t.down = c;
       std::fprintf(stderr, "dllm: TMA GEMM stages lin %d, gate-up %d, down %d\n", t.lin, t.gu, t.down);
     }
-    const char *q = std::getenv("DLLM_TMA_QKV80"), *p = std::getenv("DLLM_POST_ST");
-    if (q && (std::atoi(q) == 2 || std::atoi(q) == 4)) t.qkv80 = std::atoi(q);
-    if (p && (std::atoi(p) == 7 || std::atoi(p) == 8)) t.post = std::atoi(p);
     return t;
   }();
   return st;
@@ -2152,11 +2136,6 @@ int dtk_tma_linear(int dtype, const void *x, const void *w, const void *resid, v
     default: return tgemm<128, 8, 4>(wm, xm, resid, out, M, N, K, s);
     }
   }
-  if (tma_stages().qkv80 && N % 80 == 0 && (K / 64) % 4 == 0) {
-    if (!tmap2d(&wm, w, N, K, 80) || !tmap2d(&xm, x, M, K, kTmaRows)) return cudaErrorInvalidValue;
-    if (tma_stages().qkv80 == 2) return tgemm<80, 4, 2>(wm, xm, resid, out, M, N, K, s);
-    return tgemm<80, 4, 4>(wm, xm, resid, out, M, N, K, s);
-  }
   if (N % 64 == 0 && (K / 64) % 4 == 0) {
     if (!tmap2d(&wm, w, N, K, 64) || !tmap2d(&xm, x, M, K, kTmaRows)) return cudaErrorInvalidValue;
     switch (tma_stages().lin) {
@@ -2225,12 +2204,8 @@ int dtk_tma_post(int dtype, void *y, const void *ao, const void *wo, int64_t Ko,
       !tmap2d(&maps.dn, wdown, C, F, kPostND) || !tmap2d(&maps.h, h, M, F, kTmaRows))
     return cudaErrorInvalidValue;
   if (!has_o) maps.o = maps.ao = maps.x; // unread
-  auto s = static_cast<cudaStream_t>(stream);
-  switch (tma_stages().post) {
-  case 7: return tpost<7>(maps, has_o, h, part, y, sync, int(G), M, F, C, has_o ? Ko : 0, eps, s);
-  case 8: return tpost<8>(maps, has_o, h, part, y, sync, int(G), M, F, C, has_o ? Ko : 0, eps, s);
-  default: return tpost<10>(maps, has_o, h, part, y, sync, int(G), M, F, C, has_o ? Ko : 0, eps, s);
-  }
+  return tpost<10>(maps, has_o, h, part, y, sync, int(G), M, F, C, has_o ? Ko : 0, eps,
+                   static_cast<cudaStream_t>(stream));
 #else
   return DTK_TMA_NO;
 #endif
