@@ -6,7 +6,11 @@ the latest end before it, floored at 0), summed per kernel name, with the
 idle gaps between kernels as one more row, split into gaps of 20 us or
 more (between forwards: the host's part of a step, the graph launch, which
 the tracing itself lengthens by ~0.4 ms) and shorter ones, those charged to
-the kernel that ends them (its "idle us" a call).
+the kernel that ends them (its "idle us" a call). Then, for each pair of
+kernels that follow one another often, when the second starts (its first
+CTA) after the first starts and before it ends (medians): where a kernel
+that launches early (PDL) only starts once the one before drains, its
+CTAs found no room beside that kernel's.
 
     python3 scripts/gpu_timeline_summary.py trace.txt [TAIL]
 """
@@ -66,3 +70,13 @@ for n in sorted(added, key=lambda n: -added[n]):
           f"{before[n] / count[n] / 1e3:8.2f} {100 * added[n] / span:8.1f}")
 print(f"{'(idle, gaps under 20 us)':50} {'':6} {'':8} {'':9} {'':8} {100 * (idle - long_idle) / span:8.1f}")
 print(f"{'(idle, gaps of 20 us or more)':50} {'':6} {'':8} {'':9} {'':8} {100 * long_idle / span:8.1f}")
+
+pairs = defaultdict(list)
+for (s0, e0, n0), (s1, _, n1) in zip(rows, rows[1:]):
+    pairs[(short(n0), short(n1))].append((s1 - s0, e0 - s1))
+print(f"\n{'kernel':40} {'after':40} {'pairs':>6} {'start+us':>9} {'end-us':>7}")
+for (a, b), v in sorted(pairs.items(), key=lambda kv: -len(kv[1])):
+    if len(v) < max(10, len(rows) // 100):
+        continue
+    med = lambda xs: sorted(xs)[len(xs) // 2] / 1e3
+    print(f"{b[:40]:40} {a[:40]:40} {len(v):6d} {med([x for x, _ in v]):9.2f} {med([y for _, y in v]):7.2f}")

@@ -955,6 +955,21 @@ __global__ void __launch_bounds__(kAD)
   out[row * kAD + d] = cast<T>(acc / wsum);
 }
 
+// merge_carveout asks for the merge kernel k to run with all of an SM's
+// shared memory as shared memory (DLLM_MERGE_CARVEOUT=1; to measure):
+// the persistent post-attention kernel launched after it (PDL) needs
+// 218 KB an SM, and an SM whose shared memory is set up smaller for the
+// merge's CTAs (512 bytes each) may take it only once they have all left.
+// A 1k trace shows it starting 2.6 us into the 3.3 us merge, so that its
+// output projection's weights arrive after its wait instead of before.
+template <typename K> void merge_carveout(K *k) {
+  static const bool on = [] {
+    const char *e = std::getenv("DLLM_MERGE_CARVEOUT");
+    return e && std::string(e) == "1";
+  }();
+  if (on) cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+}
+
 // attn_splits spreads the key tiles so that the grid has about
 // g_ctas_per_sm CTAs per SM (two fit at once), each with at least
 // g_min_tiles tiles, and at most g_splits_cap splits: the merge reads all
@@ -993,6 +1008,8 @@ int attn_decode(const void *q, const void *kc, const void *vc, void *out, int64_
                          static_cast<int>(R), static_cast<int>(G), static_cast<int>(H), static_cast<int>(Hkv),
                          static_cast<int>(S), pos, static_cast<int>(causal), scale * 1.4426950408889634f, part, lse);
   if (e != cudaSuccess || splits == 1) return e;
+  static const bool carve = (merge_carveout(attn_merge_kernel<T>), true);
+  (void)carve;
   return launch(attn_merge_kernel<T>, dim3(static_cast<unsigned>(R), static_cast<unsigned>(Hkv)),
                 dim3(kAD, kMergeWays), 0, st, part, lse, static_cast<T *>(out), static_cast<int>(R),
                 static_cast<int>(G), static_cast<int>(H), static_cast<int>(Hkv), splits, static_cast<int>(S), pos);
@@ -2043,6 +2060,9 @@ int dtk_attn_merge_lse(int dtype, const void *parts, int64_t ps, int64_t ph, int
     return cudaErrorInvalidValue;
   const int G = static_cast<int>(H / Hkv), R = static_cast<int>(T) * G;
   dim3 grid(static_cast<unsigned>(R), static_cast<unsigned>(Hkv));
+  static const bool carve = (merge_carveout(attn_merge_lse_kernel<__nv_bfloat16>),
+                             merge_carveout(attn_merge_lse_kernel<__half>), true);
+  (void)carve;
   if (dtype == kBF16)
     return launch(attn_merge_lse_kernel<__nv_bfloat16>, grid, kAD, 0, st, static_cast<const __nv_bfloat16 *>(parts),
                   ps, ph, pr, lse, ls, lh, lr, pos, static_cast<int>(T), S, static_cast<__nv_bfloat16 *>(out), G,
@@ -2212,7 +2232,11 @@ int dtk_tma_post(int dtype, void *y, const void *ao, const void *wo, int64_t Ko,
 }
 
 int64_t dtk_tma_post_scratch(int64_t M, int64_t F, int64_t C) {
+#ifdef DLLM_SM90A
   return (M * F * 2 + 15) / 16 * 16 + int64_t(kPostKS) * M * C * 4;
+#else
+  return 0; // dtk_tma_post never runs
+#endif
 }
 
 } // extern "C"
