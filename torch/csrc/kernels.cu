@@ -2062,16 +2062,18 @@ int dtk_attn_merge_lse(int dtype, const void *parts, int64_t ps, int64_t ph, int
     return cudaErrorInvalidValue;
   const int G = static_cast<int>(H / Hkv), R = static_cast<int>(T) * G;
   dim3 grid(static_cast<unsigned>(R), static_cast<unsigned>(Hkv));
-  if (dtype == kBF16) merge_carveout(attn_merge_lse_kernel<__nv_bfloat16>);
-  if (dtype == kF16) merge_carveout(attn_merge_lse_kernel<__half>);
-  if (dtype == kBF16)
+  if (dtype == kBF16) {
+    merge_carveout(attn_merge_lse_kernel<__nv_bfloat16>);
     return launch(attn_merge_lse_kernel<__nv_bfloat16>, grid, kAD, 0, st, static_cast<const __nv_bfloat16 *>(parts),
                   ps, ph, pr, lse, ls, lh, lr, pos, static_cast<int>(T), S, static_cast<__nv_bfloat16 *>(out), G,
                   static_cast<int>(H), static_cast<int>(splits));
-  if (dtype == kF16)
+  }
+  if (dtype == kF16) {
+    merge_carveout(attn_merge_lse_kernel<__half>);
     return launch(attn_merge_lse_kernel<__half>, grid, kAD, 0, st, static_cast<const __half *>(parts), ps, ph, pr,
                   lse, ls, lh, lr, pos, static_cast<int>(T), S, static_cast<__half *>(out), G, static_cast<int>(H),
                   static_cast<int>(splits));
+  }
   return cudaErrorInvalidValue;
 }
 
