@@ -330,7 +330,7 @@ __global__ void silu_mul_norm_kernel(const T *gu, T *out, int64_t F, const T *x,
 // registers before dep_wait: the weights do not depend on the kernel
 // before, so their first loads overlap its end.
 template <typename T, int IN, int KC>
-__global__ void __launch_bounds__(256)
+__global__ void __launch_bounds__(256, KC >= 24 ? 2 : 1)
     gemv_kernel(const T *__restrict__ x, const T *__restrict__ w, const T *resid, T *out, int64_t N, int64_t K,
                 const T *__restrict__ aux, float eps) { // resid may be out (an add in place)
   constexpr int E = 8;
@@ -955,18 +955,21 @@ __global__ void __launch_bounds__(kAD)
   out[row * kAD + d] = cast<T>(acc / wsum);
 }
 
-// merge_carveout asks for the merge kernel k to run with all of an SM's
-// shared memory as shared memory (DLLM_MERGE_CARVEOUT=1; to measure):
-// the persistent post-attention kernel launched after it (PDL) needs
-// 218 KB an SM, and an SM whose shared memory is set up smaller for the
-// merge's CTAs (512 bytes each) may take it only once they have all left.
-// A 1k trace shows it starting 2.6 us into the 3.3 us merge, so that its
-// output projection's weights arrive after its wait instead of before.
-// Once per kernel (a hint: its failure changes nothing else).
+// merge_carveout asks for the cuDNN path's merge kernel k to run with all
+// of an SM's shared memory as shared memory: the persistent
+// post-attention kernel launched after it (PDL) needs 218 KB an SM, and an
+// SM whose shared memory is set up smaller for the merge's CTAs (512 bytes
+// each) takes it only once they have all left. 1k trace: the persistent
+// kernel started 2.6 us into the 3.3 us merge without it, 1.1 with it;
+// k = 3 1k 2.38 -> 2.34 ms, 8k 2.65 -> 2.63, 32k 3.36 -> 3.31 (H200,
+// docs/performance.md). The AR path's merge is left as it is: the same
+// setting there made AR 1k 2.05 -> 2.12 ms. DLLM_MERGE_CARVEOUT=0 leaves
+// the driver's choice (to measure). Once per kernel (a hint: its failure
+// changes nothing else).
 template <typename K> void merge_carveout(K *k) {
   static const bool set = [k] {
     const char *e = std::getenv("DLLM_MERGE_CARVEOUT");
-    return e && std::string(e) == "1" &&
+    return !(e && std::string(e) == "0") &&
            cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared) ==
                cudaSuccess;
   }();
@@ -1011,7 +1014,6 @@ int attn_decode(const void *q, const void *kc, const void *vc, void *out, int64_
                          static_cast<int>(R), static_cast<int>(G), static_cast<int>(H), static_cast<int>(Hkv),
                          static_cast<int>(S), pos, static_cast<int>(causal), scale * 1.4426950408889634f, part, lse);
   if (e != cudaSuccess || splits == 1) return e;
-  merge_carveout(attn_merge_kernel<T>);
   return launch(attn_merge_kernel<T>, dim3(static_cast<unsigned>(R), static_cast<unsigned>(Hkv)),
                 dim3(kAD, kMergeWays), 0, st, part, lse, static_cast<T *>(out), static_cast<int>(R),
                 static_cast<int>(G), static_cast<int>(H), static_cast<int>(Hkv), splits, static_cast<int>(S), pos);
@@ -1020,8 +1022,11 @@ int attn_decode(const void *q, const void *kc, const void *vc, void *out, int64_
 // fill_kernel is a memset node's work (dtk_graph_fill_memsets): height
 // rows of row_bytes bytes, pitch bytes apart, each 4-byte period of a row
 // the bytes of word; 16 bytes a store where vec says dst, pitch and
-// row_bytes allow it.
+// row_bytes allow it. Its node may start early after the kernel before
+// (a programmatic edge), so it writes only after that kernel is done:
+// what it zeroes may be pool memory that kernel still reads.
 __global__ void fill_kernel(char *dst, size_t pitch, size_t row_bytes, size_t height, unsigned word, int vec) {
+  dep_wait();
   size_t unit = vec ? 16 : 1, per_row = row_bytes / unit, n = per_row * height;
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
     size_t row = i / per_row, col = (i % per_row) * unit;
@@ -2092,6 +2097,9 @@ void dtk_tune(int pdl, int splits_cap, int ctas_per_sm, int min_tiles) {
 int dtk_graph_fill_memsets(void *graph, int *replaced) {
   auto g = static_cast<cudaGraph_t>(graph);
   *replaced = 0;
+  const char *fe = std::getenv("DLLM_FILL_PDL");
+  const bool fill_pdl = pdl_on() && !(fe && std::string(fe) == "0");
+  (void)fill_pdl;
   size_t n = 0;
   cudaError_t e = cudaGraphGetNodes(g, nullptr, &n);
   if (e != cudaSuccess) return e;
@@ -2116,8 +2124,12 @@ int dtk_graph_fill_memsets(void *graph, int *replaced) {
     int vec = (reinterpret_cast<uintptr_t>(dst) | pitch | row_bytes) % 16 == 0;
     size_t units = row_bytes / (vec ? 16 : 1) * height;
     // 2. A kernel node on the memset's incoming edges, then its outgoing
-    //    edges, then the memset goes (default edges: the kernel reads
-    //    nothing, so nothing may start it early).
+    //    edges, then the memset goes. An edge from a kernel is
+    //    programmatic where PDL is on (CUDA 13): the fill's CTAs launch
+    //    while that kernel (RoPE) runs and wait in it, so its launch is
+    //    off the chain; DLLM_FILL_PDL=0 keeps default edges (to measure).
+    //    Edges out stay default: cuDNN's kernel does not wait on
+    //    griddepcontrol.
     void *args[] = {&dst, &pitch, &row_bytes, &height, &word, &vec};
     cudaKernelNodeParams kp = {};
     kp.func = reinterpret_cast<void *>(fill_kernel);
@@ -2125,7 +2137,21 @@ int dtk_graph_fill_memsets(void *graph, int *replaced) {
     kp.gridDim = dim3(static_cast<unsigned>(std::min<size_t>((units + 255) / 256, 1024)));
     kp.kernelParams = args;
     cudaGraphNode_t k;
+#if CUDART_VERSION >= 13000
+    if ((e = cudaGraphAddKernelNode(&k, g, nullptr, 0, &kp)) != cudaSuccess) return e;
+    for (auto i : in) {
+      cudaGraphNodeType it;
+      if ((e = cudaGraphNodeGetType(i, &it)) != cudaSuccess) return e;
+      cudaGraphEdgeData ed = {};
+      if (fill_pdl && it == cudaGraphNodeTypeKernel) {
+        ed.from_port = cudaGraphKernelNodePortProgrammatic;
+        ed.type = cudaGraphDependencyTypeProgrammatic;
+      }
+      if ((e = cudaGraphAddDependencies(g, &i, &k, &ed, 1)) != cudaSuccess) return e;
+    }
+#else
     if ((e = cudaGraphAddKernelNode(&k, g, in.data(), in.size(), &kp)) != cudaSuccess) return e;
+#endif
     for (auto o : out) {
 #if CUDART_VERSION >= 13000
       e = cudaGraphAddDependencies(g, &k, &o, nullptr, 1);
