@@ -54,11 +54,14 @@ __device__ inline void dep_launch() {
 
 // g_early_launch (set by early_launch_init):
 // bit 1, the TMA GEMMs let the next kernel launch before their own wait
-// instead of after it; bit 2, the cuDNN path's merge does. The next kernel
+// instead of after it; bit 2, the cuDNN path's merge does; bit 4, the
+// shim's attention and its merge do, so that an AR step's output
+// projection GEMV loads its weights during the attention. The next kernel
 // still waits for this one to finish; it only takes its place and starts
 // fetching weights sooner (8k block step 2.73-2.74 -> 2.68-2.69 ms, H200,
-// docs/performance.md). DLLM_EARLY_LAUNCH=0 keeps both after the wait (to
-// measure; 1 or 2 one of them).
+// docs/performance.md). What a kernel reads before its wait must then
+// not be written by the kernel two back. DLLM_EARLY_LAUNCH=0 keeps all
+// after the wait (to measure; the sum of the bits wanted, default 7).
 __constant__ int g_early_launch;
 __device__ inline void dep_wait_launch(int bit) {
   if (g_early_launch & bit) {
@@ -99,7 +102,7 @@ void early_launch_init(cudaStream_t s) {
   cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
   if (done.load() || cudaStreamIsCapturing(s, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone) return;
   const char *e = std::getenv("DLLM_EARLY_LAUNCH");
-  int v = e && *e ? std::atoi(e) : 3;
+  int v = e && *e ? std::atoi(e) : 7;
   if (cudaMemcpyToSymbol(g_early_launch, &v, sizeof v) == cudaSuccess) done.store(true);
 }
 
@@ -330,7 +333,7 @@ __global__ void silu_mul_norm_kernel(const T *gu, T *out, int64_t F, const T *x,
 // registers before dep_wait: the weights do not depend on the kernel
 // before, so their first loads overlap its end.
 template <typename T, int IN, int KC>
-__global__ void __launch_bounds__(256, KC >= 24 ? 2 : 1)
+__global__ void __launch_bounds__(256)
     gemv_kernel(const T *__restrict__ x, const T *__restrict__ w, const T *resid, T *out, int64_t N, int64_t K,
                 const T *__restrict__ aux, float eps) { // resid may be out (an add in place)
   constexpr int E = 8;
@@ -732,8 +735,7 @@ __global__ void __launch_bounds__(kAThreads)
   // older, so it comes in while that kernel still runs.
   const bool early = t0 < t1 && (t0 + 2) * kAKeys <= first;
   if (early) load_kv(0, t0);
-  dep_wait();
-  dep_launch();
+  dep_wait_launch(4);
   for (int i = tid; i < kARows * 16; i += kAThreads) {
     int r = i / 16, c = i % 16, gr = rb * kARows + r;
     cp_async16(smem_u32(Qs + swz(r, c)), gr < R ? q + qrow(gr) * kAD + c * 8 : q, gr < R);
@@ -882,8 +884,7 @@ __global__ void __launch_bounds__(kAD * kMergeWays, 4) // four CTAs an SM: a 32-
   const int tid = way * kAD + d;
   const float *p = part + int64_t(h) * R * kAD + int64_t(r) * kAD + d;
   const int64_t step = int64_t(Hkv) * R * kAD;
-  dep_wait();
-  dep_launch();
+  dep_wait_launch(4);
   // The way's partials and the row's lse values all in flight at once: one
   // trip to L2, not one for the lse values and then one for the partials.
   constexpr int kPer = 8; // 32 splits; more are read after
@@ -955,27 +956,6 @@ __global__ void __launch_bounds__(kAD)
   out[row * kAD + d] = cast<T>(acc / wsum);
 }
 
-// merge_carveout asks for the cuDNN path's merge kernel k to run with all
-// of an SM's shared memory as shared memory: the persistent
-// post-attention kernel launched after it (PDL) needs 218 KB an SM, and an
-// SM whose shared memory is set up smaller for the merge's CTAs (512 bytes
-// each) takes it only once they have all left. 1k trace: the persistent
-// kernel started 2.6 us into the 3.3 us merge without it, 1.1 with it;
-// k = 3 1k 2.38 -> 2.34 ms, 8k 2.65 -> 2.63, 32k 3.36 -> 3.31 (H200,
-// docs/performance.md). The AR path's merge is left as it is: the same
-// setting there made AR 1k 2.05 -> 2.12 ms. DLLM_MERGE_CARVEOUT=0 leaves
-// the driver's choice (to measure). Once per kernel (a hint: its failure
-// changes nothing else).
-template <typename K> void merge_carveout(K *k) {
-  static const bool set = [k] {
-    const char *e = std::getenv("DLLM_MERGE_CARVEOUT");
-    return !(e && std::string(e) == "0") &&
-           cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared) ==
-               cudaSuccess;
-  }();
-  (void)set;
-}
-
 // attn_splits spreads the key tiles so that the grid has about
 // g_ctas_per_sm CTAs per SM (two fit at once), each with at least
 // g_min_tiles tiles, and at most g_splits_cap splits: the merge reads all
@@ -1022,11 +1002,8 @@ int attn_decode(const void *q, const void *kc, const void *vc, void *out, int64_
 // fill_kernel is a memset node's work (dtk_graph_fill_memsets): height
 // rows of row_bytes bytes, pitch bytes apart, each 4-byte period of a row
 // the bytes of word; 16 bytes a store where vec says dst, pitch and
-// row_bytes allow it. Its node may start early after the kernel before
-// (a programmatic edge), so it writes only after that kernel is done:
-// what it zeroes may be pool memory that kernel still reads.
+// row_bytes allow it.
 __global__ void fill_kernel(char *dst, size_t pitch, size_t row_bytes, size_t height, unsigned word, int vec) {
-  dep_wait();
   size_t unit = vec ? 16 : 1, per_row = row_bytes / unit, n = per_row * height;
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
     size_t row = i / per_row, col = (i % per_row) * unit;
@@ -2067,18 +2044,14 @@ int dtk_attn_merge_lse(int dtype, const void *parts, int64_t ps, int64_t ph, int
     return cudaErrorInvalidValue;
   const int G = static_cast<int>(H / Hkv), R = static_cast<int>(T) * G;
   dim3 grid(static_cast<unsigned>(R), static_cast<unsigned>(Hkv));
-  if (dtype == kBF16) {
-    merge_carveout(attn_merge_lse_kernel<__nv_bfloat16>);
+  if (dtype == kBF16)
     return launch(attn_merge_lse_kernel<__nv_bfloat16>, grid, kAD, 0, st, static_cast<const __nv_bfloat16 *>(parts),
                   ps, ph, pr, lse, ls, lh, lr, pos, static_cast<int>(T), S, static_cast<__nv_bfloat16 *>(out), G,
                   static_cast<int>(H), static_cast<int>(splits));
-  }
-  if (dtype == kF16) {
-    merge_carveout(attn_merge_lse_kernel<__half>);
+  if (dtype == kF16)
     return launch(attn_merge_lse_kernel<__half>, grid, kAD, 0, st, static_cast<const __half *>(parts), ps, ph, pr,
                   lse, ls, lh, lr, pos, static_cast<int>(T), S, static_cast<__half *>(out), G, static_cast<int>(H),
                   static_cast<int>(splits));
-  }
   return cudaErrorInvalidValue;
 }
 
@@ -2097,9 +2070,6 @@ void dtk_tune(int pdl, int splits_cap, int ctas_per_sm, int min_tiles) {
 int dtk_graph_fill_memsets(void *graph, int *replaced) {
   auto g = static_cast<cudaGraph_t>(graph);
   *replaced = 0;
-  const char *fe = std::getenv("DLLM_FILL_PDL");
-  const bool fill_pdl = pdl_on() && !(fe && std::string(fe) == "0");
-  (void)fill_pdl;
   size_t n = 0;
   cudaError_t e = cudaGraphGetNodes(g, nullptr, &n);
   if (e != cudaSuccess) return e;
@@ -2124,12 +2094,8 @@ int dtk_graph_fill_memsets(void *graph, int *replaced) {
     int vec = (reinterpret_cast<uintptr_t>(dst) | pitch | row_bytes) % 16 == 0;
     size_t units = row_bytes / (vec ? 16 : 1) * height;
     // 2. A kernel node on the memset's incoming edges, then its outgoing
-    //    edges, then the memset goes. An edge from a kernel is
-    //    programmatic where PDL is on (CUDA 13): the fill's CTAs launch
-    //    while that kernel (RoPE) runs and wait in it, so its launch is
-    //    off the chain; DLLM_FILL_PDL=0 keeps default edges (to measure).
-    //    Edges out stay default: cuDNN's kernel does not wait on
-    //    griddepcontrol.
+    //    edges, then the memset goes (default edges: the kernel reads
+    //    nothing, so nothing may start it early).
     void *args[] = {&dst, &pitch, &row_bytes, &height, &word, &vec};
     cudaKernelNodeParams kp = {};
     kp.func = reinterpret_cast<void *>(fill_kernel);
@@ -2137,21 +2103,7 @@ int dtk_graph_fill_memsets(void *graph, int *replaced) {
     kp.gridDim = dim3(static_cast<unsigned>(std::min<size_t>((units + 255) / 256, 1024)));
     kp.kernelParams = args;
     cudaGraphNode_t k;
-#if CUDART_VERSION >= 13000
-    if ((e = cudaGraphAddKernelNode(&k, g, nullptr, 0, &kp)) != cudaSuccess) return e;
-    for (auto i : in) {
-      cudaGraphNodeType it;
-      if ((e = cudaGraphNodeGetType(i, &it)) != cudaSuccess) return e;
-      cudaGraphEdgeData ed = {};
-      if (fill_pdl && it == cudaGraphNodeTypeKernel) {
-        ed.from_port = cudaGraphKernelNodePortProgrammatic;
-        ed.type = cudaGraphDependencyTypeProgrammatic;
-      }
-      if ((e = cudaGraphAddDependencies(g, &i, &k, &ed, 1)) != cudaSuccess) return e;
-    }
-#else
     if ((e = cudaGraphAddKernelNode(&k, g, in.data(), in.size(), &kp)) != cudaSuccess) return e;
-#endif
     for (auto o : out) {
 #if CUDART_VERSION >= 13000
       e = cudaGraphAddDependencies(g, &k, &o, nullptr, 1);
