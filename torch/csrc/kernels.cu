@@ -54,14 +54,11 @@ __device__ inline void dep_launch() {
 
 // g_early_launch (set by early_launch_init):
 // bit 1, the TMA GEMMs let the next kernel launch before their own wait
-// instead of after it; bit 2, the cuDNN path's merge does; bit 4, the
-// shim's attention and its merge do, so that an AR step's output
-// projection GEMV loads its weights during the attention. The next kernel
+// instead of after it; bit 2, the cuDNN path's merge does. The next kernel
 // still waits for this one to finish; it only takes its place and starts
 // fetching weights sooner (8k block step 2.73-2.74 -> 2.68-2.69 ms, H200,
-// docs/performance.md). What a kernel reads before its wait must then
-// not be written by the kernel two back. DLLM_EARLY_LAUNCH=0 keeps all
-// after the wait (to measure; the sum of the bits wanted, default 7).
+// docs/performance.md). DLLM_EARLY_LAUNCH=0 keeps both after the wait (to
+// measure; 1 or 2 one of them).
 __constant__ int g_early_launch;
 __device__ inline void dep_wait_launch(int bit) {
   if (g_early_launch & bit) {
@@ -102,7 +99,7 @@ void early_launch_init(cudaStream_t s) {
   cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
   if (done.load() || cudaStreamIsCapturing(s, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone) return;
   const char *e = std::getenv("DLLM_EARLY_LAUNCH");
-  int v = e && *e ? std::atoi(e) : 7;
+  int v = e && *e ? std::atoi(e) : 3;
   if (cudaMemcpyToSymbol(g_early_launch, &v, sizeof v) == cudaSuccess) done.store(true);
 }
 
@@ -344,6 +341,17 @@ __global__ void __launch_bounds__(256)
   uint4 wv[KC > 0 ? KC : 1];
 #pragma unroll
   for (int i = 0; i < KC; i++) wv[i] = __ldg(wr + lane + 32 * i);
+  // The norm's weights too (this thread's chunks of them, KC / 8 with the
+  // block's 256 threads): read after the norm's block sum they were a
+  // second trip to L2 on the chain.
+  constexpr int AC = IN == DTK_GEMV_NORM && KC > 0 ? (KC + 7) / 8 : 1;
+  uint4 av[AC];
+  if (IN == DTK_GEMV_NORM && KC > 0) {
+#pragma unroll
+    for (int i = 0; i < AC; i++)
+      if (threadIdx.x + i * blockDim.x < chunks)
+        av[i] = __ldg(reinterpret_cast<const uint4 *>(aux) + threadIdx.x + i * blockDim.x);
+  }
   dep_wait();
   dep_launch();
 
@@ -371,14 +379,20 @@ __global__ void __launch_bounds__(256)
   }
   if (IN == DTK_GEMV_NORM) {
     float r = rsqrtf(block_sum(ss) / static_cast<float>(K) + eps); // block_sum synchronises
-    const uint4 *ag = reinterpret_cast<const uint4 *>(aux);
-    for (int64_t c = threadIdx.x; c < chunks; c += blockDim.x) { // each thread its own chunks again
-      uint4 v = xs[c], av = ag[c], y;
-      const T *e = reinterpret_cast<const T *>(&v), *ae = reinterpret_cast<const T *>(&av);
+    auto scale = [&](int64_t c, uint4 a) { // each thread its own chunks again
+      uint4 v = xs[c], y;
+      const T *e = reinterpret_cast<const T *>(&v), *ae = reinterpret_cast<const T *>(&a);
       T *ye = reinterpret_cast<T *>(&y);
 #pragma unroll
       for (int i = 0; i < E; i++) ye[i] = cast<T>(f32(ae[i]) * round<T>(f32(e[i]) * r));
       xs[c] = y;
+    };
+    if (KC > 0) {
+#pragma unroll
+      for (int i = 0; i < AC; i++)
+        if (threadIdx.x + i * blockDim.x < chunks) scale(threadIdx.x + i * blockDim.x, av[i]);
+    } else {
+      for (int64_t c = threadIdx.x; c < chunks; c += blockDim.x) scale(c, reinterpret_cast<const uint4 *>(aux)[c]);
     }
   }
   __syncthreads();
@@ -735,7 +749,8 @@ __global__ void __launch_bounds__(kAThreads)
   // older, so it comes in while that kernel still runs.
   const bool early = t0 < t1 && (t0 + 2) * kAKeys <= first;
   if (early) load_kv(0, t0);
-  dep_wait_launch(4);
+  dep_wait();
+  dep_launch();
   for (int i = tid; i < kARows * 16; i += kAThreads) {
     int r = i / 16, c = i % 16, gr = rb * kARows + r;
     cp_async16(smem_u32(Qs + swz(r, c)), gr < R ? q + qrow(gr) * kAD + c * 8 : q, gr < R);
@@ -884,7 +899,8 @@ __global__ void __launch_bounds__(kAD * kMergeWays, 4) // four CTAs an SM: a 32-
   const int tid = way * kAD + d;
   const float *p = part + int64_t(h) * R * kAD + int64_t(r) * kAD + d;
   const int64_t step = int64_t(Hkv) * R * kAD;
-  dep_wait_launch(4);
+  dep_wait();
+  dep_launch();
   // The way's partials and the row's lse values all in flight at once: one
   // trip to L2, not one for the lse values and then one for the partials.
   constexpr int kPer = 8; // 32 splits; more are read after
