@@ -332,7 +332,7 @@ __global__ void silu_mul_norm_kernel(const T *gu, T *out, int64_t F, const T *x,
 template <typename T, int IN, int KC>
 __global__ void __launch_bounds__(256)
     gemv_kernel(const T *__restrict__ x, const T *__restrict__ w, const T *resid, T *out, int64_t N, int64_t K,
-                const T *__restrict__ aux, float eps) { // resid may be out (an add in place)
+                const T *__restrict__ aux, float eps) { // resid may be out (an add in place), read before the wait
   constexpr int E = 8;
   extern __shared__ uint4 xs[]; // K / 8 chunks of the input
   const int64_t chunks = K / E, n = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
@@ -352,6 +352,13 @@ __global__ void __launch_bounds__(256)
       if (threadIdx.x + i * blockDim.x < chunks)
         av[i] = __ldg(reinterpret_cast<const uint4 *>(aux) + threadIdx.x + i * blockDim.x);
   }
+  // And the row's residual (lane 0's): the decoder's is the residual
+  // stream, last written two kernels back at the latest (an AR layer's
+  // output GEMV, before gate-up, before down), which is done once the
+  // kernel before has passed its own wait; through L2 (__ldcg), as an
+  // L1 line of it could predate that write. So resid must not be what
+  // the kernel just before writes.
+  const float rv = resid && lane == 0 && n < N ? f32(__ldcg(resid + n)) : 0.0f;
   dep_wait();
   dep_launch();
 
@@ -413,7 +420,7 @@ __global__ void __launch_bounds__(256)
     for (int64_t c = lane; c < chunks; c += 32) dot(__ldg(wr + c), xs[c]);
   }
   for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffff, acc, o);
-  if (lane == 0) out[n] = cast<T>(acc + (resid ? f32(resid[n]) : 0.0f));
+  if (lane == 0) out[n] = cast<T>(acc + rv);
 }
 
 template <typename T, int IN>

@@ -42,6 +42,8 @@ int dtk_silu_mul(int dtype, const void *gu, void *out, int64_t T, int64_t F, con
 // addmm do: an AR step's matmuls. Each weight row is streamed once with 16-byte
 // loads. Needs K % 8 == 0, K <= DTK_GEMV_MAX_K (x is staged in shared
 // memory) and 16-byte aligned x and w; cudaErrorInvalidValue otherwise.
+// w, resid and aux are read before the PDL wait: none of them may be what
+// the kernel just before on the stream writes.
 #define DTK_GEMV_MAX_K 16384
 int dtk_gemv(int dtype, const void *x, const void *w, const void *resid, void *out, int64_t N, int64_t K,
              void *stream);
