@@ -6,7 +6,10 @@ the latest end before it, floored at 0), summed per kernel name, with the
 idle gaps between kernels as one more row, split into gaps of 20 us or
 more (between forwards: the host's part of a step, the graph launch, which
 the tracing itself lengthens by ~0.4 ms) and shorter ones, those charged to
-the kernel that ends them (its "idle us" a call). Then, for each pair of
+the kernel that ends them (its "idle us" a call). Then the forwards (runs
+of kernels between gaps of 20 us or more) by their kernel count, which
+tells a block step from a fused commit: each kind's GPU span (first
+start to last end, median) and how many ran. Then, for each pair of
 kernels that follow one another often, when the second starts (its first
 CTA) after the first starts and before it ends (medians): where a kernel
 that launches early (PDL) only starts once the one before drains, its
@@ -80,3 +83,20 @@ for (a, b), v in sorted(pairs.items(), key=lambda kv: -len(kv[1])):
         continue
     med = lambda xs: sorted(xs)[len(xs) // 2] / 1e3
     print(f"{b[:40]:40} {a[:40]:40} {len(v):6d} {med([x for x, _ in v]):9.2f} {med([y for _, y in v]):7.2f}")
+
+# Forwards: runs of kernels split at gaps of 20 us or more, by kernel count.
+spans = defaultdict(list)
+run, run_end = [], None
+for start, end, name in rows + [(None, None, None)]:
+    if run and (start is None or start - run_end >= 20_000):
+        spans[len(run)].append((run_end - run[0]) / 1e3)
+        run = []
+    if start is None:
+        break
+    run.append(start)
+    run_end = end if run_end is None or len(run) == 1 else max(run_end, end)
+print(f"\n{'forward (kernels)':20} {'runs':>6} {'span us (median)':>17}")
+for k in sorted(spans):
+    v = sorted(spans[k])
+    if k >= 10:
+        print(f"{k:20d} {len(v):6d} {v[len(v) // 2]:17.1f}")

@@ -909,10 +909,11 @@ struct Decoder {
                    "gemv");
       return out;
     }
-    // A block step's 2-32 rows take kernels.cu's Hopper GEMM where it takes
-    // the shape (it launches early and fetches its weights while the
-    // kernel before runs, which cuBLAS's kernels cannot).
-    if (kernels && in == kIn && x.size(0) > 1 && x.size(0) <= 32 && x.is_contiguous() && w.is_contiguous() &&
+    // A block step's 2-32 rows and a fused commit's 64 take kernels.cu's
+    // Hopper GEMM where it takes the shape (it launches early and fetches
+    // its weights while the kernel before runs, which cuBLAS's kernels
+    // cannot).
+    if (kernels && in == kIn && x.size(0) > 1 && x.size(0) <= 64 && x.is_contiguous() && w.is_contiguous() &&
         (!acc.defined() || acc.is_contiguous())) {
       auto out = acc.defined() ? acc : at::empty({x.size(0), w.size(0)}, x.options());
       int r = dtk_tma_linear(static_cast<int>(x.scalar_type()), x.data_ptr(), w.data_ptr(),
@@ -1153,9 +1154,8 @@ struct Decoder {
   // of its CTAs. False: nothing ran.
   bool post_fused(DecLayer &ly, const at::Tensor &x, const at::Tensor &ao) {
 #ifdef DLLM_KERNELS
-    // Past 32 rows (prefill, a fused commit) the kernel never runs: no
-    // scratch for it then.
-    if (!kernels || !post_bar.defined() || x.size(0) > 32 || !x.is_contiguous() || !ly.wgu_n.is_contiguous() ||
+    // Past 64 rows (prefill) the kernel never runs: no scratch for it then.
+    if (!kernels || !post_bar.defined() || x.size(0) > 64 || !x.is_contiguous() || !ly.wgu_n.is_contiguous() ||
         !ly.wdown.is_contiguous() || (ao.defined() && (!ao.is_contiguous() || !ly.wo.is_contiguous())))
       return false;
     auto M = x.size(0), C = x.size(1), F = ly.wdown.size(1);

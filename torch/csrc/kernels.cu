@@ -1288,24 +1288,25 @@ __device__ inline void cluster_sum_out(const float (&d)[NW / 8][4], float *red, 
   if (KS > 1) cluster_sync(); // peers may still read this CTA's partials
 }
 
-constexpr int kTmaRows = 32; // x's box: M <= 32
+constexpr int kTmaRows = 32; // x's box: M <= 32 (a block step); 64 for a fused commit (XR)
 
 // tgemm_kernel: out = [res +] x W^T (res may be out, or null). Grid (N / NW,
 // KS) in clusters of the KS CTAs of a weight slice; 160 threads: warps 0-3
 // multiply, warp 4 issues the copies. CTA rank r takes the CH = K / 64 / KS
 // chunks of K from r CH, through ST stages, each the weights' (NW, 64) box
-// and x's (32, 64) box.
-template <int NW, int KS, int ST>
+// and x's (XR, 64) box (M <= XR; the wgmma's 64 rows read on past a
+// 32-row box, into the next stage or red, and those rows are dropped).
+template <int NW, int KS, int ST, int XR = kTmaRows>
 __global__ void __launch_bounds__(160)
     tgemm_kernel(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap xmap,
                  const __nv_bfloat16 *res, __nv_bfloat16 *out, int M, int N, int K) {
 #ifdef DLLM_TMA_DEVICE
-  constexpr int kW = NW * 128, kStage = kW + kTmaRows * 128; // bytes
+  constexpr int kW = NW * 128, kStage = kW + XR * 128; // bytes
   extern __shared__ __align__(16) unsigned char smem_[];
   unsigned char *smem =
       reinterpret_cast<unsigned char *>((reinterpret_cast<uintptr_t>(smem_) + 1023) & ~uintptr_t(1023));
   float *red = reinterpret_cast<float *>(smem + ST * kStage); // (M, NW) partial products
-  uint64_t *bars = reinterpret_cast<uint64_t *>(red + kTmaRows * NW);
+  uint64_t *bars = reinterpret_cast<uint64_t *>(red + XR * NW);
   const unsigned full0 = smem_u32(bars), empty0 = smem_u32(bars + ST);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int nt = blockIdx.x, rank = KS > 1 ? int(cluster_rank()) : 0;
@@ -1352,39 +1353,58 @@ __global__ void __launch_bounds__(160)
   __trap();
 #endif
 }
-template <int NW, int ST> constexpr size_t tgemm_smem() {
-  return 1024 + size_t(ST) * (NW + kTmaRows) * 128 + kTmaRows * NW * 4 + 16 * ST;
+template <int NW, int ST, int XR = kTmaRows> constexpr size_t tgemm_smem() {
+  return 1024 + size_t(ST) * (NW + XR) * 128 + XR * NW * 4 + 16 * ST;
 }
 
-// x_squares adds to ss the squares of the 16 values of x's row tid / 4
-// (< M) that thread tid % 4 takes from a stage's (32, 64) x box at xs (the
-// 128-byte swizzle only moves a row's 16-byte chunks).
-__device__ inline void x_squares(float &ss, const unsigned char *xs, int M) {
-  const int row = threadIdx.x / 4, q = threadIdx.x % 4;
-  if (row >= M) return;
-  const uint4 *xr = reinterpret_cast<const uint4 *>(xs + row * 128 + q * 32);
+// x_squares adds to ss[i] the squares of the 16 values of x's row tid / 4
+// + 32 i (< M) that thread tid % 4 takes from a stage's (XR, 64) x box at
+// xs (the 128-byte swizzle only moves a row's 16-byte chunks).
+template <int XR = kTmaRows>
+__device__ inline void x_squares(float (&ss)[XR / 32], const unsigned char *xs, int M) {
+  const int q = threadIdx.x % 4;
 #pragma unroll
-  for (int h = 0; h < 2; h++) {
-    uint4 v = xr[h];
-    const __nv_bfloat16 *e = reinterpret_cast<const __nv_bfloat16 *>(&v);
+  for (int r = 0; r < XR / 32; r++) {
+    const int row = threadIdx.x / 4 + 32 * r;
+    if (row >= M) continue;
+    const uint4 *xr = reinterpret_cast<const uint4 *>(xs + row * 128 + q * 32);
 #pragma unroll
-    for (int i = 0; i < 8; i++) ss += f32(e[i]) * f32(e[i]);
+    for (int h = 0; h < 2; h++) {
+      uint4 v = xr[h];
+      const __nv_bfloat16 *e = reinterpret_cast<const __nv_bfloat16 *>(&v);
+#pragma unroll
+      for (int i = 0; i < 8; i++) ss[r] += f32(e[i]) * f32(e[i]);
+    }
+  }
+}
+
+// x_rinv sums x_squares's ss over the four threads of each row and writes
+// the rows' inverse RMS over K values to rinv.
+template <int XR = kTmaRows> __device__ inline void x_rinv(float (&ss)[XR / 32], float *rinv, int K, float eps) {
+#pragma unroll
+  for (int r = 0; r < XR / 32; r++) {
+    float v = ss[r];
+    v += __shfl_xor_sync(0xffffffff, v, 1);
+    v += __shfl_xor_sync(0xffffffff, v, 2);
+    if (threadIdx.x % 4 == 0) rinv[threadIdx.x / 4 + 32 * r] = rsqrtf(v / static_cast<float>(K) + eps);
   }
 }
 
 // silu_spread is gate-up's SiLU step spread over the four multiplying
 // warps: d (gate 48 and up 48 columns of the 64-row tile) holds rows 0-31
-// in warps 0 and 1 only, whose threads would each compute 24 outputs as a
-// chain no other warp hides. Their products go through red (32, 104) in
-// shared memory, then each thread takes runs of 4 outputs of one row into
-// out (M, F) at column j0, scaled by rinv as silu_mul_norm_kernel does
-// after cuBLAS's bf16 output. Threads 0-127 call it.
+// in warps 0 and 1 only (XR 32), whose threads would each compute 24
+// outputs as a chain no other warp hides. Their products go through red
+// (XR, 104) in shared memory, then each thread takes runs of 4 outputs of
+// one row into out (M, F) at column j0, scaled by rinv as
+// silu_mul_norm_kernel does after cuBLAS's bf16 output. Threads 0-127 call
+// it.
+template <int XR = kTmaRows>
 __device__ inline void silu_spread(const float (&d)[12][4], float *red, const float *rinv, __nv_bfloat16 *out, int M,
                                    int F, int j0) {
   using T = __nv_bfloat16;
   constexpr int NH = 48, RS = 2 * NH + 8; // floats a row; the pad halves bank conflicts
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
-  if (warp < 2) {
+  if (16 * warp < XR) {
 #pragma unroll
     for (int j = 0; j < 2 * NH / 8; j++)
 #pragma unroll
@@ -1396,7 +1416,7 @@ __device__ inline void silu_spread(const float (&d)[12][4], float *red, const fl
   // A thread's (at most) three runs are loaded first and then computed in
   // one unrolled body, so that their chains (roundings, exp, IEEE division)
   // interleave: each warp is alone on its sub-partition here.
-  constexpr int kRuns = kTmaRows * (NH / 4) / 128;
+  constexpr int kRuns = XR * (NH / 4) / 128;
   float gu[kRuns][2][4], r[kRuns];
 #pragma unroll
   for (int i = 0; i < kRuns; i++) {
@@ -1465,8 +1485,7 @@ __global__ void __launch_bounds__(160)
     return;
   }
   dep_wait_launch(1);
-  const int row = tid / 4, q = tid % 4;
-  float ss = 0;
+  float ss[1] = {};
   for (int c = 0; c < CH; c++) {
     const int s = c % ST;
     const unsigned wb = smem_u32(smem + s * kStage);
@@ -1475,9 +1494,7 @@ __global__ void __launch_bounds__(160)
     release_prev(c, ST, empty0);
   }
   wg_wait(d);
-  ss += __shfl_xor_sync(0xffffffff, ss, 1);
-  ss += __shfl_xor_sync(0xffffffff, ss, 2);
-  if (q == 0) rinv[row] = rsqrtf(ss / static_cast<float>(K) + eps);
+  x_rinv(ss, rinv, K, eps);
   asm volatile("bar.sync 1, 128;" ::: "memory"); // the multiplying warps only
   const int g = lane / 4, t = lane % 4;
   if (SPREAD) {
@@ -1569,11 +1586,11 @@ __device__ inline void grid_sync(unsigned long long *bar, unsigned n) {
   asm volatile("bar.sync 1, 128;" ::: "memory");
 }
 
-// A stage holds the down projection's (128, 64) weight box and x's (32,
+// A stage holds the down projection's (128, 64) weight box and x's (XR,
 // 64) at kPostW; gate-up's two (48, 64) boxes take 96 of the 128 rows,
 // the output projection's one 64.
-constexpr int kPostND = 128, kPostKS = 8, kPostOS = 4, kPostW = kPostND * 128,
-              kPostStage = kPostW + kTmaRows * 128;
+constexpr int kPostND = 128, kPostKS = 8, kPostOS = 4, kPostW = kPostND * 128;
+__host__ __device__ constexpr int post_stage(int XR) { return kPostW + XR * 128; }
 
 // DLLM_MLP_TRACE (scripts/mlp_probe.cu only): thread 0 writes
 // %globaltimer at the kernel's steps to g_mlp_trace, (launch, CTA, 10) by
@@ -1603,13 +1620,13 @@ struct PostMaps {
   CUtensorMap dn, h; // down (C, F) in (128, 64) boxes; gate-up's outputs (M, F)
 };
 
-// part_store writes warps 0-1's accumulator rows (< M; warps 2-3 hold
-// rows past x's box) to part (KS, M, C) as K part r's columns [n0, n0 +
-// 8 NJ).
+// part_store writes the accumulator rows < M (warp w holds rows 16 w ..,
+// those past x's box garbage) to part (KS, M, C) as K part r's columns
+// [n0, n0 + 8 NJ).
 template <int NJ>
 __device__ inline void part_store(const float (&d)[NJ][4], float *part, int M, int C, int r, int n0) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  if (warp >= 2) return;
+  if (16 * warp >= M) return;
 #pragma unroll
   for (int j = 0; j < NJ; j++)
 #pragma unroll
@@ -1622,24 +1639,26 @@ __device__ inline void part_store(const float (&d)[NJ][4], float *part, int M, i
 }
 
 // tpost_kernel: see above. has_o: the output projection first (y += ao
-// Wo^T); h and part scratch; y the residual stream, updated in place.
-template <int ST>
+// Wo^T); h and part scratch; y the residual stream, updated in place. x's
+// boxes (ao, y, h) are XR rows: M <= XR.
+template <int ST, int XR = kTmaRows>
 __global__ void __launch_bounds__(160, 1)
     tpost_kernel(const __grid_constant__ PostMaps maps, bool has_o, __nv_bfloat16 *h, float *part, __nv_bfloat16 *y,
                  unsigned long long *bar, int M, int F, int C, int Ko, float eps) {
 #ifdef DLLM_TMA_DEVICE
   using T = __nv_bfloat16;
   constexpr int NH = 48, NG = 2 * NH, NO = 64, ND = kPostND, kH = NH * 128, kW = kPostW, RS = NG + 8;
-  constexpr int kOBytes = NO * 128 + kTmaRows * 128, kGuBytes = 2 * kH + kTmaRows * 128, kDnBytes = kPostStage;
+  constexpr int kStage = post_stage(XR), kOver = (64 - XR) * 128;
+  constexpr int kOBytes = NO * 128 + XR * 128, kGuBytes = 2 * kH + XR * 128, kDnBytes = kStage;
   extern __shared__ __align__(16) unsigned char smem_[];
   unsigned char *smem =
       reinterpret_cast<unsigned char *>((reinterpret_cast<uintptr_t>(smem_) + 1023) & ~uintptr_t(1023));
-  // Past the ring and x's overhang (the 64-row A operand reads 32 rows on):
-  // gate-up's products for the SiLU step (the ring holds down weights by
-  // then), the inverse RMS, the ring's barriers.
-  float *red = reinterpret_cast<float *>(smem + ST * kPostStage + kTmaRows * 128); // (32, RS)
-  float *rinv = red + kTmaRows * RS;
-  uint64_t *bars = reinterpret_cast<uint64_t *>(rinv + kTmaRows);
+  // Past the ring and x's overhang (the 64-row A operand reads 64 - XR
+  // rows on): gate-up's products for the SiLU step (the ring holds down
+  // weights by then), the inverse RMS, the ring's barriers.
+  float *red = reinterpret_cast<float *>(smem + ST * kStage + kOver); // (XR, RS)
+  float *rinv = red + XR * RS;
+  uint64_t *bars = reinterpret_cast<uint64_t *>(rinv + XR);
   const unsigned full0 = smem_u32(bars), empty0 = smem_u32(bars + ST);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, G = gridDim.x, b = blockIdx.x;
   // The phases' chunks are numbered on through the ring: the output
@@ -1649,7 +1668,7 @@ __global__ void __launch_bounds__(160, 1)
   const int CHo = has_o ? Ko / 64 / kPostOS : 0, no = b / kPostOS, ro = b % kPostOS, ko0 = ro * CHo * 64;
   const int CHg = C / 64, j0 = b * NH, cg = CHo;
   const int CHd = F / 64 / kPostKS, nd = b / kPostKS, rd = b % kPostKS, kd0 = rd * CHd * 64, cd = CHo + CHg;
-  auto stage = [&](int c) { return smem_u32(smem + (c % ST) * kPostStage); };
+  auto stage = [&](int c) { return smem_u32(smem + (c % ST) * kStage); };
   auto full = [&](int c) { return full0 + 8 * (c % ST); };
 #ifdef DLLM_MLP_TRACE
   const unsigned long long t_start = gtimer();
@@ -1785,22 +1804,19 @@ __global__ void __launch_bounds__(160, 1)
 
   // 3. Gate-up with its SiLU step (tgemm_gu_kernel's spread form), into h.
   {
-    const int row = tid / 4, q = tid % 4;
     float d[NG / 8][4] = {};
-    float ss = 0;
+    float ss[XR / 32] = {};
     for (int j = 0; j < CHg; j++) {
       const int c = cg + j;
       mma_chunk<NG>(d, c, ST, full0, stage(c), stage(c) + kW);
-      x_squares(ss, smem + (c % ST) * kPostStage + kW, M);
+      x_squares<XR>(ss, smem + (c % ST) * kStage + kW, M);
       rel(c, j == 0);
     }
     wg_wait(d);
     MLP_MARK(2);
     rel_last(cg + CHg - 1);
-    ss += __shfl_xor_sync(0xffffffff, ss, 1);
-    ss += __shfl_xor_sync(0xffffffff, ss, 2);
-    if (q == 0) rinv[row] = rsqrtf(ss / static_cast<float>(C) + eps);
-    silu_spread(d, red, rinv, h, M, F, j0); // its barrier also makes rinv visible
+    x_rinv<XR>(ss, rinv, C, eps);
+    silu_spread<XR>(d, red, rinv, h, M, F, j0); // its barrier also makes rinv visible
     MLP_MARK(3);
     proxy_fence_global(); // h is read by other CTAs' TMA copies
   }
@@ -1829,8 +1845,8 @@ __global__ void __launch_bounds__(160, 1)
   __trap();
 #endif
 }
-template <int ST> constexpr size_t tpost_smem() {
-  return 1024 + size_t(ST) * kPostStage + kTmaRows * 128 + kTmaRows * (96 + 8) * 4 + kTmaRows * 4 + 16 * ST;
+template <int ST, int XR = kTmaRows> constexpr size_t tpost_smem() {
+  return 1024 + size_t(ST) * post_stage(XR) + (64 - XR) * 128 + XR * (96 + 8) * 4 + XR * 4 + 16 * ST;
 }
 
 // The driver's cuTensorMapEncodeTiled, found through the runtime (the shim
@@ -1874,15 +1890,15 @@ bool tma_on() {
   return on;
 }
 
-// tgemm launches tgemm_kernel<NW, KS, ST> for the maps.
-template <int NW, int KS, int ST>
+// tgemm launches tgemm_kernel<NW, KS, ST, XR> for the maps.
+template <int NW, int KS, int ST, int XR = kTmaRows>
 int tgemm(const CUtensorMap &wm, const CUtensorMap &xm, const void *res, void *out, int64_t M, int64_t N, int64_t K,
           cudaStream_t s) {
-  constexpr size_t smem = tgemm_smem<NW, ST>();
+  constexpr size_t smem = tgemm_smem<NW, ST, XR>();
   static const cudaError_t set =
-      cudaFuncSetAttribute(tgemm_kernel<NW, KS, ST>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+      cudaFuncSetAttribute(tgemm_kernel<NW, KS, ST, XR>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   if (set != cudaSuccess) return set;
-  return launch_in(tgemm_kernel<NW, KS, ST>, dim3(static_cast<unsigned>(N / NW), KS), 160, smem, s, unsigned(KS), wm,
+  return launch_in(tgemm_kernel<NW, KS, ST, XR>, dim3(static_cast<unsigned>(N / NW), KS), 160, smem, s, unsigned(KS), wm,
                    xm, static_cast<const __nv_bfloat16 *>(res), static_cast<__nv_bfloat16 *>(out), static_cast<int>(M),
                    static_cast<int>(N), static_cast<int>(K));
 }
@@ -1901,24 +1917,24 @@ int tgemm_gu(const CUtensorMap &wm, const CUtensorMap &xm, __nv_bfloat16 *out, i
 
 bool aligned16(const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
-// tpost launches tpost_kernel<ST> over G CTAs, or says DTK_TMA_NO where the
-// device cannot hold them all at once (the grid barriers would wait for
-// ever).
-template <int ST>
+// tpost launches tpost_kernel<ST, XR> over G CTAs, or says DTK_TMA_NO
+// where the device cannot hold them all at once (the grid barriers would
+// wait for ever).
+template <int ST, int XR = kTmaRows>
 int tpost(const PostMaps &maps, bool has_o, void *h, void *part, void *y, void *bar, int G, int64_t M, int64_t F,
           int64_t C, int64_t Ko, float eps, cudaStream_t s) {
-  constexpr size_t smem = tpost_smem<ST>();
+  constexpr size_t smem = tpost_smem<ST, XR>();
   static const bool ok = [&] {
     int dev = 0, sms = 0, per = 0;
-    return cudaFuncSetAttribute(tpost_kernel<ST>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) ==
+    return cudaFuncSetAttribute(tpost_kernel<ST, XR>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) ==
                cudaSuccess &&
            cudaGetDevice(&dev) == cudaSuccess &&
            cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
-           cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, tpost_kernel<ST>, 160, smem) == cudaSuccess &&
+           cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, tpost_kernel<ST, XR>, 160, smem) == cudaSuccess &&
            per >= 1 && sms >= G;
   }();
   if (!ok) return DTK_TMA_NO;
-  return launch(tpost_kernel<ST>, dim3(static_cast<unsigned>(G)), 160, smem, s, maps, has_o,
+  return launch(tpost_kernel<ST, XR>, dim3(static_cast<unsigned>(G)), 160, smem, s, maps, has_o,
                 static_cast<__nv_bfloat16 *>(h), static_cast<float *>(part), static_cast<__nv_bfloat16 *>(y),
                 static_cast<unsigned long long *>(bar), static_cast<int>(M), static_cast<int>(F), static_cast<int>(C),
                 static_cast<int>(Ko), eps);
@@ -1949,6 +1965,15 @@ const TmaStages &tma_stages() {
   return st;
 }
 #pragma nv_diag_default 177
+// tma_rows is the x box that M rows take: kTmaRows, 64 for a fused
+// commit's 33-64 rows unless DLLM_TMA_64 is 0 (to measure), else 0 (none).
+int tma_rows(int64_t M) {
+  static const bool on64 = [] {
+    const char *e = std::getenv("DLLM_TMA_64");
+    return !(e && std::string(e) == "0");
+  }();
+  return M >= 1 && M <= kTmaRows ? kTmaRows : M <= 64 && on64 ? 64 : 0;
+}
 #endif // DLLM_SM90A
 
 } // namespace
@@ -2145,15 +2170,18 @@ int dtk_tma_linear(int dtype, const void *x, const void *w, const void *resid, v
                    int64_t K, void *stream) {
   early_launch_init(static_cast<cudaStream_t>(stream));
 #ifdef DLLM_SM90A
-  if (!tma_on() || dtype != kBF16 || M < 1 || M > kTmaRows || K % 64 != 0 || !aligned16(x) || !aligned16(w) ||
-      !aligned16(out) || (resid && !aligned16(resid)))
+  const int xr = tma_rows(M);
+  if (!tma_on() || dtype != kBF16 || xr == 0 || K % 64 != 0 || !aligned16(x) || !aligned16(w) || !aligned16(out) ||
+      (resid && !aligned16(resid)))
     return DTK_TMA_NO;
   auto s = static_cast<cudaStream_t>(stream);
   CUtensorMap wm, xm;
   // The down projection's shape (K 6144) takes 128-row slices and K in
-  // eight; the others 64-row slices and K in four (the probe's best).
+  // eight; the others 64-row slices and K in four (the probe's best). A
+  // fused commit's 64 rows take the default stages.
   if (K >= 4096 && N % 128 == 0 && (K / 64) % 8 == 0) {
-    if (!tmap2d(&wm, w, N, K, 128) || !tmap2d(&xm, x, M, K, kTmaRows)) return cudaErrorInvalidValue;
+    if (!tmap2d(&wm, w, N, K, 128) || !tmap2d(&xm, x, M, K, xr)) return cudaErrorInvalidValue;
+    if (xr == 64) return tgemm<128, 8, 4, 64>(wm, xm, resid, out, M, N, K, s);
     switch (tma_stages().down) {
     case 3: return tgemm<128, 8, 3>(wm, xm, resid, out, M, N, K, s);
     case 5: return tgemm<128, 8, 5>(wm, xm, resid, out, M, N, K, s);
@@ -2161,7 +2189,8 @@ int dtk_tma_linear(int dtype, const void *x, const void *w, const void *resid, v
     }
   }
   if (N % 64 == 0 && (K / 64) % 4 == 0) {
-    if (!tmap2d(&wm, w, N, K, 64) || !tmap2d(&xm, x, M, K, kTmaRows)) return cudaErrorInvalidValue;
+    if (!tmap2d(&wm, w, N, K, 64) || !tmap2d(&xm, x, M, K, xr)) return cudaErrorInvalidValue;
+    if (xr == 64) return tgemm<64, 4, 8, 64>(wm, xm, resid, out, M, N, K, s);
     switch (tma_stages().lin) {
     case 6: return tgemm<64, 4, 6>(wm, xm, resid, out, M, N, K, s);
     case 8: return tgemm<64, 4, 8>(wm, xm, resid, out, M, N, K, s);
@@ -2214,7 +2243,8 @@ int dtk_tma_post(int dtype, void *y, const void *ao, const void *wo, int64_t Ko,
   // MiniCPM5-2B: 128 CTAs.
   const int64_t G = F / 48;
   const bool has_o = ao && mode >= 2;
-  if (mode < 1 || (ao && !has_o) || !tma_on() || dtype != kBF16 || M < 1 || M > kTmaRows || C % 128 != 0 ||
+  const int xr = tma_rows(M);
+  if (mode < 1 || (ao && !has_o) || !tma_on() || dtype != kBF16 || xr == 0 || C % 128 != 0 ||
       F % 48 != 0 || (F / 64) % kPostKS != 0 || C / kPostND * kPostKS != G || C % (4 * G) != 0 ||
       (has_o && (C / 64 * kPostOS != G || Ko % (64 * kPostOS) != 0 || !aligned16(ao) || !aligned16(wo))) ||
       !aligned16(y) || !aligned16(wgu) || !aligned16(wdown) || !aligned16(scratch) || !sync ||
@@ -2223,11 +2253,16 @@ int dtk_tma_post(int dtype, void *y, const void *ao, const void *wo, int64_t Ko,
   auto h = static_cast<char *>(scratch);
   auto part = h + M * F * 2;
   PostMaps maps;
-  if ((has_o && (!tmap2d(&maps.o, wo, C, Ko, 64) || !tmap2d(&maps.ao, ao, M, Ko, kTmaRows))) ||
-      !tmap2d(&maps.gu, wgu, 2 * F, C, 48) || !tmap2d(&maps.x, y, M, C, kTmaRows) ||
-      !tmap2d(&maps.dn, wdown, C, F, kPostND) || !tmap2d(&maps.h, h, M, F, kTmaRows))
+  if ((has_o && (!tmap2d(&maps.o, wo, C, Ko, 64) || !tmap2d(&maps.ao, ao, M, Ko, xr))) ||
+      !tmap2d(&maps.gu, wgu, 2 * F, C, 48) || !tmap2d(&maps.x, y, M, C, xr) ||
+      !tmap2d(&maps.dn, wdown, C, F, kPostND) || !tmap2d(&maps.h, h, M, F, xr))
     return cudaErrorInvalidValue;
   if (!has_o) maps.o = maps.ao = maps.x; // unread
+  // A fused commit's 64 rows: 8 stages (the output projection's 8 chunks a
+  // CTA, fetched at once), as 10 of 24 KB do not fit.
+  if (xr == 64)
+    return tpost<8, 64>(maps, has_o, h, part, y, sync, int(G), M, F, C, has_o ? Ko : 0, eps,
+                        static_cast<cudaStream_t>(stream));
   return tpost<10>(maps, has_o, h, part, y, sync, int(G), M, F, C, has_o ? Ko : 0, eps,
                    static_cast<cudaStream_t>(stream));
 #else

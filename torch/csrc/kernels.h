@@ -126,21 +126,21 @@ int dtk_set_ids(int64_t *ids, int64_t *pos, const int64_t *host_ids, int64_t n, 
 int dtk_graph_fill_memsets(void *graph, int *replaced);
 
 // dtk_tma_linear is out (M, N) = resid + x (M, K) w (N, K)^T (resid may be
-// out, or NULL for none) through the Hopper GEMM for 1-32 rows (TMA copies,
+// out, or NULL for none) through the Hopper GEMM for 1-64 rows (TMA copies,
 // wgmma, PDL: it fetches weights while the kernel before runs); bf16, K a
 // multiple of 64, 16-byte aligned. DTK_TMA_NO when it does not take the
 // shape or the device (then nothing is launched); DLLM_TMA_GEMM=0 turns it
-// off, to measure.
+// off, DLLM_TMA_64=0 its 33-64-row forms (and dtk_tma_post's), to measure.
 #define DTK_TMA_NO (-1)
 int dtk_tma_linear(int dtype, const void *x, const void *w, const void *resid, void *out, int64_t M, int64_t N,
                    int64_t K, void *stream);
 // dtk_tma_gate_up_silu is dtk_silu_mul(x W^T, x) for the fused gate-up
 // weight w (2F, K) with the RMSNorm's weight folded in, in one kernel: out
-// (M, F). F a multiple of 48; DTK_TMA_NO as dtk_tma_linear.
+// (M, F). F a multiple of 48, M at most 32; DTK_TMA_NO as dtk_tma_linear.
 int dtk_tma_gate_up_silu(int dtype, const void *x, const void *w, void *out, int64_t M, int64_t F, int64_t K,
                          float eps, void *stream);
 // dtk_tma_post is a block step's sublayers after the attention on the
-// residual stream y (M, C), in place, in one persistent kernel (grid
+// residual stream y (M, C; M at most 64, a fused commit), in place, in one persistent kernel (grid
 // barriers; the TMA kernels' results bit for bit): y += ao wo^T when ao
 // (M, Ko) is given (wo (C, Ko)), then y += down(dtk_tma_gate_up_silu(y,
 // wgu)) with wgu (2F, C) as there and wdown (C, F). scratch:
