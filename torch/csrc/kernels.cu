@@ -1965,14 +1965,16 @@ const TmaStages &tma_stages() {
   return st;
 }
 #pragma nv_diag_default 177
-// tma_rows is the x box that M rows take: kTmaRows, 64 for a fused
-// commit's 33-64 rows unless DLLM_TMA_64 is 0 (to measure), else 0 (none).
-int tma_rows(int64_t M) {
-  static const bool on64 = [] {
+// tma_rows is the x box that M rows take in a kernel of kind bit (1 the
+// GEMM, 2 the persistent kernel): kTmaRows, 64 for a fused commit's 33-64
+// rows where $DLLM_TMA_64 (default 3) has the bit (to measure), else 0
+// (none).
+int tma_rows(int64_t M, int bit) {
+  static const int on64 = [] {
     const char *e = std::getenv("DLLM_TMA_64");
-    return !(e && std::string(e) == "0");
+    return e && *e ? std::atoi(e) : 3;
   }();
-  return M >= 1 && M <= kTmaRows ? kTmaRows : M <= 64 && on64 ? 64 : 0;
+  return M >= 1 && M <= kTmaRows ? kTmaRows : M <= 64 && (on64 & bit) ? 64 : 0;
 }
 #endif // DLLM_SM90A
 
@@ -2170,7 +2172,7 @@ int dtk_tma_linear(int dtype, const void *x, const void *w, const void *resid, v
                    int64_t K, void *stream) {
   early_launch_init(static_cast<cudaStream_t>(stream));
 #ifdef DLLM_SM90A
-  const int xr = tma_rows(M);
+  const int xr = tma_rows(M, 1);
   if (!tma_on() || dtype != kBF16 || xr == 0 || K % 64 != 0 || !aligned16(x) || !aligned16(w) || !aligned16(out) ||
       (resid && !aligned16(resid)))
     return DTK_TMA_NO;
@@ -2243,7 +2245,7 @@ int dtk_tma_post(int dtype, void *y, const void *ao, const void *wo, int64_t Ko,
   // MiniCPM5-2B: 128 CTAs.
   const int64_t G = F / 48;
   const bool has_o = ao && mode >= 2;
-  const int xr = tma_rows(M);
+  const int xr = tma_rows(M, 2);
   if (mode < 1 || (ao && !has_o) || !tma_on() || dtype != kBF16 || xr == 0 || C % 128 != 0 ||
       F % 48 != 0 || (F / 64) % kPostKS != 0 || C / kPostND * kPostKS != G || C % (4 * G) != 0 ||
       (has_o && (C / 64 * kPostOS != G || Ko % (64 * kPostOS) != 0 || !aligned16(ao) || !aligned16(wo))) ||

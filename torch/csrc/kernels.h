@@ -130,7 +130,8 @@ int dtk_graph_fill_memsets(void *graph, int *replaced);
 // wgmma, PDL: it fetches weights while the kernel before runs); bf16, K a
 // multiple of 64, 16-byte aligned. DTK_TMA_NO when it does not take the
 // shape or the device (then nothing is launched); DLLM_TMA_GEMM=0 turns it
-// off, DLLM_TMA_64=0 its 33-64-row forms (and dtk_tma_post's), to measure.
+// off, DLLM_TMA_64=0 its 33-64-row forms (1 these only, 2 dtk_tma_post's
+// only), to measure.
 #define DTK_TMA_NO (-1)
 int dtk_tma_linear(int dtype, const void *x, const void *w, const void *resid, void *out, int64_t M, int64_t N,
                    int64_t K, void *stream);
