@@ -1146,7 +1146,7 @@ __device__ inline void mbar_arrive_peer(unsigned bar, unsigned rank) {
 #ifdef DLLM_TMA_DEVICE
   unsigned r;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(bar), "r"(rank));
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(r) : "memory");
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(r) : "memory");
 #endif
 }
 __device__ inline unsigned cluster_rank() {
