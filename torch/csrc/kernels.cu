@@ -103,12 +103,12 @@ void early_launch_init(cudaStream_t s) {
   if (cudaMemcpyToSymbol(g_early_launch, &v, sizeof v) == cudaSuccess) done.store(true);
 }
 
-// launch_cl runs kernel over grid x block with smem bytes of dynamic shared
+// launch_in runs kernel over grid x block with smem bytes of dynamic shared
 // memory on s, with programmatic dependent launch where pdl_on, in
-// thread block clusters of cl CTAs when there are more than one.
+// thread block clusters of (1, cluster_y, 1) CTAs when cluster_y > 1.
 template <typename... Params, typename... Args>
-cudaError_t launch_cl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, dim3 cl,
-                      Args... args) {
+cudaError_t launch_in(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+                      unsigned cluster_y, Args... args) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;
@@ -118,23 +118,16 @@ cudaError_t launch_cl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t s
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = pdl_on() ? 1 : 0;
   attr[1].id = cudaLaunchAttributeClusterDimension;
-  attr[1].val.clusterDim.x = cl.x, attr[1].val.clusterDim.y = cl.y, attr[1].val.clusterDim.z = cl.z;
+  attr[1].val.clusterDim.x = 1, attr[1].val.clusterDim.y = cluster_y, attr[1].val.clusterDim.z = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = cl.x * cl.y * cl.z > 1 ? 2 : 1;
+  cfg.numAttrs = cluster_y > 1 ? 2 : 1;
   return cudaLaunchKernelEx(&cfg, kernel, static_cast<Params>(args)...);
 }
 
-// launch_in is launch_cl in clusters of (1, cluster_y, 1).
-template <typename... Params, typename... Args>
-cudaError_t launch_in(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
-                      unsigned cluster_y, Args... args) {
-  return launch_cl(kernel, grid, block, smem, s, dim3(1, cluster_y, 1), args...);
-}
-
-// launch is launch_cl without clusters.
+// launch is launch_in without clusters.
 template <typename... Params, typename... Args>
 cudaError_t launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, Args... args) {
-  return launch_cl(kernel, grid, block, smem, s, dim3(1, 1, 1), args...);
+  return launch_in(kernel, grid, block, smem, s, 1u, args...);
 }
 
 // block_sum is the sum of s over the block (whole warps), returned to every
@@ -1129,26 +1122,6 @@ __device__ inline void tma_load2d(unsigned dst, const CUtensorMap &map, int c0, 
       : "memory");
 #endif
 }
-// tma_load2d_mc is tma_load2d into the same offsets of the cluster's CTAs
-// in mask (dst and bar there), each completing on its own bar.
-__device__ inline void tma_load2d_mc(unsigned dst, const CUtensorMap &map, int c0, int c1, unsigned bar,
-                                     unsigned short mask) {
-#ifdef DLLM_TMA_DEVICE
-  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
-               " [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(dst),
-               "l"(reinterpret_cast<uint64_t>(&map)), "r"(c0), "r"(c1), "r"(bar), "h"(mask)
-               : "memory");
-#endif
-}
-// mbar_arrive_peer arrives on the barrier at bar's offset in the cluster's
-// CTA rank.
-__device__ inline void mbar_arrive_peer(unsigned bar, unsigned rank) {
-#ifdef DLLM_TMA_DEVICE
-  unsigned r;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(bar), "r"(rank));
-  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(r) : "memory");
-#endif
-}
 __device__ inline unsigned cluster_rank() {
   unsigned r = 0;
 #ifdef DLLM_TMA_DEVICE
@@ -1246,11 +1219,10 @@ template <> __device__ inline void wgmma_ss<128>(float (&d)[16][4], uint64_t a, 
 
 // ring_init sets up a copy ring's barriers (thread 0, then the block
 // waits): full[s] completes when stage s has landed, empty[s] when the
-// four multiplying warps are done with it (in each of cl CTAs that share
-// the stage's copies).
-__device__ inline void ring_init(unsigned full0, unsigned empty0, int stages, int cl = 1) {
+// four multiplying warps are done with it.
+__device__ inline void ring_init(unsigned full0, unsigned empty0, int stages) {
   if (threadIdx.x == 0) {
-    for (int s = 0; s < stages; s++) mbar_init(full0 + 8 * s, 1), mbar_init(empty0 + 8 * s, 4 * cl);
+    for (int s = 0; s < stages; s++) mbar_init(full0 + 8 * s, 1), mbar_init(empty0 + 8 * s, 4);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
@@ -1646,7 +1618,6 @@ struct PostMaps {
   CUtensorMap o, ao; // output projection (C, Ko) in (64, 64) boxes; attention output (M, Ko)
   CUtensorMap gu, x; // gate-up (2F, C) in (48, 64) boxes; the residual stream y (M, C)
   CUtensorMap dn, h; // down (C, F) in (128, 64) boxes; gate-up's outputs (M, F)
-  CUtensorMap xh;    // y in boxes of half the rows (a cluster's CTAs each copy half for both)
 };
 
 // part_store writes the accumulator rows < M (warp w holds rows 16 w ..,
@@ -1669,11 +1640,8 @@ __device__ inline void part_store(const float (&d)[NJ][4], float *part, int M, i
 
 // tpost_kernel: see above. has_o: the output projection first (y += ao
 // Wo^T); h and part scratch; y the residual stream, updated in place. x's
-// boxes (ao, y, h) are XR rows: M <= XR. With CL 2, in clusters of two
-// CTAs, each copies half of gate-up's y boxes for both (TMA multicast: y is
-// read from L2 once a pair, not by every CTA); then both CTAs' multipliers
-// free each stage of either.
-template <int ST, int XR = kTmaRows, int CL = 1>
+// boxes (ao, y, h) are XR rows: M <= XR.
+template <int ST, int XR = kTmaRows>
 __global__ void __launch_bounds__(160, 1)
     tpost_kernel(const __grid_constant__ PostMaps maps, bool has_o, __nv_bfloat16 *h, float *part, __nv_bfloat16 *y,
                  unsigned long long *bar, int M, int F, int C, int Ko, float eps) {
@@ -1706,9 +1674,7 @@ __global__ void __launch_bounds__(160, 1)
   const unsigned long long t_start = gtimer();
   unsigned launch_no = 0;
 #endif
-  ring_init(full0, empty0, ST, CL);
-  const unsigned crank = CL > 1 ? cluster_rank() : 0;
-  if (CL > 1) cluster_sync(); // the peer's barriers are set up
+  ring_init(full0, empty0, ST);
 
   if (warp == 4) {
     // 1. The copier. Weights go as soon as their stage is free; the
@@ -1736,14 +1702,6 @@ __global__ void __launch_bounds__(160, 1)
       mbar_expect(full(c), kDnBytes);
       tma_load2d(stage(c), maps.dn, kd0 + 64 * i, nd * ND, full(c));
     };
-    auto gu_x = [&](int j) {
-      const int c = cg + j;
-      if (CL == 1)
-        tma_load2d(stage(c) + kW, maps.x, 64 * j, 0, full(c));
-      else
-        tma_load2d_mc(stage(c) + kW + crank * (XR / 2) * 128, maps.xh, 64 * j, int(crank) * (XR / 2), full(c),
-                      (1u << CL) - 1);
-    };
     const int preg = min(ST, CHg), pred = min(ST, CHd);
     int g_issued = 0;
     if (lane == 0) {
@@ -1759,11 +1717,11 @@ __global__ void __launch_bounds__(160, 1)
     if (has_o) asm volatile("bar.sync 3, 160;" ::: "memory");
     if (lane == 0) {
       if (has_o) proxy_fence_global();
-      for (int j = 0; j < preg; j++) gu_x(j);
+      for (int j = 0; j < preg; j++) tma_load2d(stage(cg + j) + kW, maps.x, 64 * j, 0, full(cg + j));
       for (int j = preg; j < CHg; j++) {
         wait_free(cg + j);
         gu_w(j);
-        gu_x(j);
+        tma_load2d(stage(cg + j) + kW, maps.x, 64 * j, 0, full(cg + j));
       }
       for (int i = 0; i < pred; i++) wait_free(cd + i), dn_w(i);
     }
@@ -1779,7 +1737,6 @@ __global__ void __launch_bounds__(160, 1)
       }
     }
     __syncwarp();
-    if (CL > 1) cluster_sync(); // no CTA leaves while its peer may still arrive on its barriers
     return;
   }
 
@@ -1787,18 +1744,14 @@ __global__ void __launch_bounds__(160, 1)
   // are issued (one group stays in flight), except at a phase's first
   // chunk: each phase frees its last chunk's stage once its products are
   // done.
-  auto free_stage = [&](int c) {
-    mbar_arrive(empty0 + 8 * (c % ST));
-    if (CL > 1) mbar_arrive_peer(empty0 + 8 * (c % ST), crank ^ 1);
-  };
   auto rel = [&](int c, bool first) {
     wg_wait1();
     __syncwarp();
-    if (lane == 0 && !first) free_stage(c - 1);
+    if (lane == 0 && !first) mbar_arrive(empty0 + 8 * ((c - 1) % ST));
   };
   auto rel_last = [&](int c) {
     __syncwarp();
-    if (lane == 0) free_stage(c);
+    if (lane == 0) mbar_arrive(empty0 + 8 * (c % ST));
   };
   const int g = lane / 4, t = lane % 4;
   // sum_into_y: this CTA's C / G columns of every row, the KS parts summed
@@ -1888,7 +1841,6 @@ __global__ void __launch_bounds__(160, 1)
   MLP_MARK(6);
   sum_into_y(kPostKS);
   MLP_MARK(7);
-  if (CL > 1) cluster_sync();
 #else
   __trap();
 #endif
@@ -1968,36 +1920,21 @@ bool aligned16(const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 
 // tpost launches tpost_kernel<ST, XR> over G CTAs, or says DTK_TMA_NO
 // where the device cannot hold them all at once (the grid barriers would
 // wait for ever).
-template <int ST, int XR = kTmaRows, int CL = 1>
+template <int ST, int XR = kTmaRows>
 int tpost(const PostMaps &maps, bool has_o, void *h, void *part, void *y, void *bar, int G, int64_t M, int64_t F,
           int64_t C, int64_t Ko, float eps, cudaStream_t s) {
   constexpr size_t smem = tpost_smem<ST, XR>();
   static const bool ok = [&] {
     int dev = 0, sms = 0, per = 0;
-    if (cudaFuncSetAttribute(tpost_kernel<ST, XR, CL>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) !=
-            cudaSuccess ||
-        cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, tpost_kernel<ST, XR, CL>, 160, smem) != cudaSuccess ||
-        per < 1 || sms < G || G % CL != 0)
-      return false;
-    if (CL == 1) return true;
-    // Clusters: as many must fit at once (the H200 holds 66 of two).
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(static_cast<unsigned>(G));
-    cfg.blockDim = dim3(160);
-    cfg.dynamicSmemBytes = smem;
-    cudaLaunchAttribute a[1];
-    a[0].id = cudaLaunchAttributeClusterDimension;
-    a[0].val.clusterDim.x = CL, a[0].val.clusterDim.y = 1, a[0].val.clusterDim.z = 1;
-    cfg.attrs = a;
-    cfg.numAttrs = 1;
-    int n = 0;
-    return cudaOccupancyMaxActiveClusters(&n, tpost_kernel<ST, XR, CL>, &cfg) == cudaSuccess && n * CL >= G;
+    return cudaFuncSetAttribute(tpost_kernel<ST, XR>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) ==
+               cudaSuccess &&
+           cudaGetDevice(&dev) == cudaSuccess &&
+           cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
+           cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, tpost_kernel<ST, XR>, 160, smem) == cudaSuccess &&
+           per >= 1 && sms >= G;
   }();
   if (!ok) return DTK_TMA_NO;
-  return launch_cl(tpost_kernel<ST, XR, CL>, dim3(static_cast<unsigned>(G)), 160, smem, s, dim3(CL, 1, 1), maps,
-                   has_o,
+  return launch(tpost_kernel<ST, XR>, dim3(static_cast<unsigned>(G)), 160, smem, s, maps, has_o,
                 static_cast<__nv_bfloat16 *>(h), static_cast<float *>(part), static_cast<__nv_bfloat16 *>(y),
                 static_cast<unsigned long long *>(bar), static_cast<int>(M), static_cast<int>(F), static_cast<int>(C),
                 static_cast<int>(Ko), eps);
@@ -2320,25 +2257,16 @@ int dtk_tma_post(int dtype, void *y, const void *ao, const void *wo, int64_t Ko,
   PostMaps maps;
   if ((has_o && (!tmap2d(&maps.o, wo, C, Ko, 64) || !tmap2d(&maps.ao, ao, M, Ko, xr))) ||
       !tmap2d(&maps.gu, wgu, 2 * F, C, 48) || !tmap2d(&maps.x, y, M, C, xr) ||
-      !tmap2d(&maps.dn, wdown, C, F, kPostND) || !tmap2d(&maps.h, h, M, F, xr) ||
-      !tmap2d(&maps.xh, y, M, C, xr / 2))
+      !tmap2d(&maps.dn, wdown, C, F, kPostND) || !tmap2d(&maps.h, h, M, F, xr))
     return cudaErrorInvalidValue;
   if (!has_o) maps.o = maps.ao = maps.x; // unread
-  // DLLM_POST_MC=1: in clusters of two that share gate-up's y copies (to
-  // measure).
-  static const bool mc = [] {
-    const char *e = std::getenv("DLLM_POST_MC");
-    return e && std::string(e) == "1";
-  }();
-  auto st = static_cast<cudaStream_t>(stream);
-  const int64_t k = has_o ? Ko : 0;
   // A fused commit's 64 rows: 8 stages (the output projection's 8 chunks a
   // CTA, fetched at once), as 10 of 24 KB do not fit.
   if (xr == 64)
-    return mc ? tpost<8, 64, 2>(maps, has_o, h, part, y, sync, int(G), M, F, C, k, eps, st)
-              : tpost<8, 64>(maps, has_o, h, part, y, sync, int(G), M, F, C, k, eps, st);
-  return mc ? tpost<10, kTmaRows, 2>(maps, has_o, h, part, y, sync, int(G), M, F, C, k, eps, st)
-            : tpost<10>(maps, has_o, h, part, y, sync, int(G), M, F, C, k, eps, st);
+    return tpost<8, 64>(maps, has_o, h, part, y, sync, int(G), M, F, C, has_o ? Ko : 0, eps,
+                        static_cast<cudaStream_t>(stream));
+  return tpost<10>(maps, has_o, h, part, y, sync, int(G), M, F, C, has_o ? Ko : 0, eps,
+                   static_cast<cudaStream_t>(stream));
 #else
   return DTK_TMA_NO;
 #endif
