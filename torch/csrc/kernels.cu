@@ -1567,31 +1567,23 @@ __device__ inline void proxy_fence_global() {
 
 // grid_sync returns once every CTA's multiplying warps (threads 0-127)
 // have called it, their writes before it visible after it. *bar counts
-// arrivals over every barrier of every launch (64 bits: it never wraps),
-// so the barrier is done when it reaches target: what it held when this
-// launch began plus the grid for each of this launch's barriers so far
-// (grid_base). No reset, so no second atomic after the last arrival (a
-// reset and a generation bump took ~1.9 us from the last arrival to the
-// release, scripts/mlp_probe.cu); and the arrival returns nothing, so
-// thread 0 polls without first waiting for an atomic's answer.
-__device__ inline void grid_sync(unsigned long long *bar, unsigned long long target) {
+// arrivals over every barrier of every launch (64 bits: it never wraps):
+// the arrival that finds it at old waits for the multiple of n past old.
+// No reset, so no second atomic after the last arrival (a reset and a
+// generation bump took ~1.9 us from the last arrival to the release,
+// scripts/mlp_probe.cu).
+__device__ inline void grid_sync(unsigned long long *bar, unsigned n) {
   asm volatile("bar.sync 1, 128;" ::: "memory");
   if (threadIdx.x == 0) {
+    unsigned long long old = 0;
 #ifdef DLLM_TMA_DEVICE
-    asm volatile("red.release.gpu.global.add.u64 [%0], 1;" ::"l"(bar) : "memory");
+    asm volatile("atom.add.release.gpu.global.u64 %0, [%1], 1;" : "=l"(old) : "l"(bar) : "memory");
 #endif
+    const unsigned long long target = (old / n + 1) * n;
     while (ld_acquire_u64(bar) < target) {
     }
   }
   asm volatile("bar.sync 1, 128;" ::: "memory");
-}
-// grid_base is *bar as this launch began, for thread 0 after the PDL
-// wait: every launch before has finished (each kernel of the chain lets
-// the next launch only after its own wait), so the count is whole
-// barriers of n arrivals, plus fewer than n of this launch's first (which
-// cannot complete before this CTA arrives).
-__device__ inline unsigned long long grid_base(const unsigned long long *bar, unsigned n) {
-  return threadIdx.x == 0 ? ld_acquire_u64(bar) / n * n : 0;
 }
 
 // A stage holds the down projection's (128, 64) weight box and x's (XR,
@@ -1783,8 +1775,6 @@ __global__ void __launch_bounds__(160, 1)
     }
   };
   dep_wait();
-  const unsigned long long gb = grid_base(bar, G);
-  int syncs = 0; // grid barriers so far
 #ifdef DLLM_MLP_TRACE
   launch_no = unsigned(ld_acquire_u64(bar) / (uint64_t(has_o ? 4 : 2) * gridDim.x));
   if (g_mlp_trace && tid == 0)
@@ -1802,12 +1792,12 @@ __global__ void __launch_bounds__(160, 1)
     wg_wait(d);
     rel_last(CHo - 1);
     part_store(d, part, M, C, ro, no * NO);
-    grid_sync(bar, gb + uint64_t(++syncs) * G);
+    grid_sync(bar, G);
     dep_launch(); // every CTA of this grid is resident now
     MLP_MARK(8);
     sum_into_y(kPostOS);
     proxy_fence_global(); // y is read by other CTAs' TMA copies
-    grid_sync(bar, gb + uint64_t(++syncs) * G);
+    grid_sync(bar, G);
     MLP_MARK(9);
     asm volatile("bar.sync 3, 160;" ::: "memory");
   }
@@ -1830,7 +1820,7 @@ __global__ void __launch_bounds__(160, 1)
     MLP_MARK(3);
     proxy_fence_global(); // h is read by other CTAs' TMA copies
   }
-  grid_sync(bar, gb + uint64_t(++syncs) * G);
+  grid_sync(bar, G);
   MLP_MARK(4);
   if (!has_o) dep_launch();
   asm volatile("bar.sync 2, 160;" ::: "memory");
@@ -1847,7 +1837,7 @@ __global__ void __launch_bounds__(160, 1)
     MLP_MARK(5);
     part_store(d, part, M, C, rd, nd * ND);
   }
-  grid_sync(bar, gb + uint64_t(++syncs) * G);
+  grid_sync(bar, G);
   MLP_MARK(6);
   sum_into_y(kPostKS);
   MLP_MARK(7);
