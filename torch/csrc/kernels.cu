@@ -1294,19 +1294,18 @@ constexpr int kTmaRows = 32; // x's box: M <= 32 (a block step); 64 for a fused 
 // KS) in clusters of the KS CTAs of a weight slice; 160 threads: warps 0-3
 // multiply, warp 4 issues the copies. CTA rank r takes the CH = K / 64 / KS
 // chunks of K from r CH, through ST stages, each the weights' (NW, 64) box
-// and x's (XR, 64) box (M <= XR; the wgmma's 64 rows read on past a
-// 32-row box, into the next stage or red, and those rows are dropped).
-template <int NW, int KS, int ST, int XR = kTmaRows>
+// and x's (32, 64) box.
+template <int NW, int KS, int ST>
 __global__ void __launch_bounds__(160)
     tgemm_kernel(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap xmap,
                  const __nv_bfloat16 *res, __nv_bfloat16 *out, int M, int N, int K) {
 #ifdef DLLM_TMA_DEVICE
-  constexpr int kW = NW * 128, kStage = kW + XR * 128; // bytes
+  constexpr int kW = NW * 128, kStage = kW + kTmaRows * 128; // bytes
   extern __shared__ __align__(16) unsigned char smem_[];
   unsigned char *smem =
       reinterpret_cast<unsigned char *>((reinterpret_cast<uintptr_t>(smem_) + 1023) & ~uintptr_t(1023));
   float *red = reinterpret_cast<float *>(smem + ST * kStage); // (M, NW) partial products
-  uint64_t *bars = reinterpret_cast<uint64_t *>(red + XR * NW);
+  uint64_t *bars = reinterpret_cast<uint64_t *>(red + kTmaRows * NW);
   const unsigned full0 = smem_u32(bars), empty0 = smem_u32(bars + ST);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int nt = blockIdx.x, rank = KS > 1 ? int(cluster_rank()) : 0;
@@ -1353,8 +1352,8 @@ __global__ void __launch_bounds__(160)
   __trap();
 #endif
 }
-template <int NW, int ST, int XR = kTmaRows> constexpr size_t tgemm_smem() {
-  return 1024 + size_t(ST) * (NW + XR) * 128 + XR * NW * 4 + 16 * ST;
+template <int NW, int ST> constexpr size_t tgemm_smem() {
+  return 1024 + size_t(ST) * (NW + kTmaRows) * 128 + kTmaRows * NW * 4 + 16 * ST;
 }
 
 // x_squares adds to ss[i] the squares of the 16 values of x's row tid / 4
@@ -1890,15 +1889,15 @@ bool tma_on() {
   return on;
 }
 
-// tgemm launches tgemm_kernel<NW, KS, ST, XR> for the maps.
-template <int NW, int KS, int ST, int XR = kTmaRows>
+// tgemm launches tgemm_kernel<NW, KS, ST> for the maps.
+template <int NW, int KS, int ST>
 int tgemm(const CUtensorMap &wm, const CUtensorMap &xm, const void *res, void *out, int64_t M, int64_t N, int64_t K,
           cudaStream_t s) {
-  constexpr size_t smem = tgemm_smem<NW, ST, XR>();
+  constexpr size_t smem = tgemm_smem<NW, ST>();
   static const cudaError_t set =
-      cudaFuncSetAttribute(tgemm_kernel<NW, KS, ST, XR>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+      cudaFuncSetAttribute(tgemm_kernel<NW, KS, ST>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   if (set != cudaSuccess) return set;
-  return launch_in(tgemm_kernel<NW, KS, ST, XR>, dim3(static_cast<unsigned>(N / NW), KS), 160, smem, s, unsigned(KS), wm,
+  return launch_in(tgemm_kernel<NW, KS, ST>, dim3(static_cast<unsigned>(N / NW), KS), 160, smem, s, unsigned(KS), wm,
                    xm, static_cast<const __nv_bfloat16 *>(res), static_cast<__nv_bfloat16 *>(out), static_cast<int>(M),
                    static_cast<int>(N), static_cast<int>(K));
 }
@@ -1965,16 +1964,15 @@ const TmaStages &tma_stages() {
   return st;
 }
 #pragma nv_diag_default 177
-// tma_rows is the x box that M rows take in a kernel of kind bit (1 the
-// GEMM, 2 the persistent kernel): kTmaRows, 64 for a fused commit's 33-64
-// rows where $DLLM_TMA_64 (default 3) has the bit (to measure), else 0
-// (none).
-int tma_rows(int64_t M, int bit) {
-  static const int on64 = [] {
+// tma_rows is the x box that M rows take in the persistent kernel:
+// kTmaRows, 64 for a fused commit's 33-64 rows unless DLLM_TMA_64 is 0 (to
+// measure), else 0 (none).
+int tma_rows(int64_t M) {
+  static const bool on64 = [] {
     const char *e = std::getenv("DLLM_TMA_64");
-    return e && *e ? std::atoi(e) : 3;
+    return !(e && std::string(e) == "0");
   }();
-  return M >= 1 && M <= kTmaRows ? kTmaRows : M <= 64 && (on64 & bit) ? 64 : 0;
+  return M >= 1 && M <= kTmaRows ? kTmaRows : M <= 64 && on64 ? 64 : 0;
 }
 #endif // DLLM_SM90A
 
@@ -2172,18 +2170,15 @@ int dtk_tma_linear(int dtype, const void *x, const void *w, const void *resid, v
                    int64_t K, void *stream) {
   early_launch_init(static_cast<cudaStream_t>(stream));
 #ifdef DLLM_SM90A
-  const int xr = tma_rows(M, 1);
-  if (!tma_on() || dtype != kBF16 || xr == 0 || K % 64 != 0 || !aligned16(x) || !aligned16(w) || !aligned16(out) ||
-      (resid && !aligned16(resid)))
+  if (!tma_on() || dtype != kBF16 || M < 1 || M > kTmaRows || K % 64 != 0 || !aligned16(x) || !aligned16(w) ||
+      !aligned16(out) || (resid && !aligned16(resid)))
     return DTK_TMA_NO;
   auto s = static_cast<cudaStream_t>(stream);
   CUtensorMap wm, xm;
   // The down projection's shape (K 6144) takes 128-row slices and K in
-  // eight; the others 64-row slices and K in four (the probe's best). A
-  // fused commit's 64 rows take the default stages.
+  // eight; the others 64-row slices and K in four (the probe's best).
   if (K >= 4096 && N % 128 == 0 && (K / 64) % 8 == 0) {
-    if (!tmap2d(&wm, w, N, K, 128) || !tmap2d(&xm, x, M, K, xr)) return cudaErrorInvalidValue;
-    if (xr == 64) return tgemm<128, 8, 4, 64>(wm, xm, resid, out, M, N, K, s);
+    if (!tmap2d(&wm, w, N, K, 128) || !tmap2d(&xm, x, M, K, kTmaRows)) return cudaErrorInvalidValue;
     switch (tma_stages().down) {
     case 3: return tgemm<128, 8, 3>(wm, xm, resid, out, M, N, K, s);
     case 5: return tgemm<128, 8, 5>(wm, xm, resid, out, M, N, K, s);
@@ -2191,8 +2186,7 @@ int dtk_tma_linear(int dtype, const void *x, const void *w, const void *resid, v
     }
   }
   if (N % 64 == 0 && (K / 64) % 4 == 0) {
-    if (!tmap2d(&wm, w, N, K, 64) || !tmap2d(&xm, x, M, K, xr)) return cudaErrorInvalidValue;
-    if (xr == 64) return tgemm<64, 4, 8, 64>(wm, xm, resid, out, M, N, K, s);
+    if (!tmap2d(&wm, w, N, K, 64) || !tmap2d(&xm, x, M, K, kTmaRows)) return cudaErrorInvalidValue;
     switch (tma_stages().lin) {
     case 6: return tgemm<64, 4, 6>(wm, xm, resid, out, M, N, K, s);
     case 8: return tgemm<64, 4, 8>(wm, xm, resid, out, M, N, K, s);
@@ -2245,7 +2239,7 @@ int dtk_tma_post(int dtype, void *y, const void *ao, const void *wo, int64_t Ko,
   // MiniCPM5-2B: 128 CTAs.
   const int64_t G = F / 48;
   const bool has_o = ao && mode >= 2;
-  const int xr = tma_rows(M, 2);
+  const int xr = tma_rows(M);
   if (mode < 1 || (ao && !has_o) || !tma_on() || dtype != kBF16 || xr == 0 || C % 128 != 0 ||
       F % 48 != 0 || (F / 64) % kPostKS != 0 || C / kPostND * kPostKS != G || C % (4 * G) != 0 ||
       (has_o && (C / 64 * kPostOS != G || Ko % (64 * kPostOS) != 0 || !aligned16(ao) || !aligned16(wo))) ||

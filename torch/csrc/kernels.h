@@ -126,12 +126,11 @@ int dtk_set_ids(int64_t *ids, int64_t *pos, const int64_t *host_ids, int64_t n, 
 int dtk_graph_fill_memsets(void *graph, int *replaced);
 
 // dtk_tma_linear is out (M, N) = resid + x (M, K) w (N, K)^T (resid may be
-// out, or NULL for none) through the Hopper GEMM for 1-64 rows (TMA copies,
+// out, or NULL for none) through the Hopper GEMM for 1-32 rows (TMA copies,
 // wgmma, PDL: it fetches weights while the kernel before runs); bf16, K a
 // multiple of 64, 16-byte aligned. DTK_TMA_NO when it does not take the
 // shape or the device (then nothing is launched); DLLM_TMA_GEMM=0 turns it
-// off, DLLM_TMA_64=0 its 33-64-row forms (1 these only, 2 dtk_tma_post's
-// only), to measure.
+// off, to measure.
 #define DTK_TMA_NO (-1)
 int dtk_tma_linear(int dtype, const void *x, const void *w, const void *resid, void *out, int64_t M, int64_t N,
                    int64_t K, void *stream);
@@ -152,7 +151,7 @@ int dtk_tma_gate_up_silu(int dtype, const void *x, const void *w, void *out, int
 // kernels of other processes sharing the GPU through MPS could hold (set
 // DLLM_POST_FUSED=0 there). DTK_TMA_NO where it does not take the shape
 // or the device; DLLM_POST_FUSED=0 turns it off, 1 leaves the output
-// projection out (to measure).
+// projection out, DLLM_TMA_64=0 keeps it from 33-64 rows (to measure).
 #define DTK_TMA_POST_SYNC 8
 int dtk_tma_post(int dtype, void *y, const void *ao, const void *wo, int64_t Ko, const void *wgu, const void *wdown,
                  void *scratch, void *sync, int64_t M, int64_t F, int64_t C, float eps, void *stream);
