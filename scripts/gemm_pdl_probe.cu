@@ -49,15 +49,8 @@ __global__ void busy_kernel(long long cycles) {
 }
 
 // Thread block clusters (Hopper): the CTAs of a cluster run at once and may
-// read each other's shared memory.
-__device__ inline unsigned cluster_rank() {
-  unsigned r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-  return r;
-}
-__device__ inline void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.aligned;\nbarrier.cluster.wait.aligned;" ::: "memory");
-}
+// read each other's shared memory (cluster_rank and cluster_sync are the
+// shim's).
 // ld_peer2 is two floats at shared address a of the cluster's CTA rank.
 __device__ inline float2 ld_peer2(unsigned a, unsigned rank) {
   unsigned r;
