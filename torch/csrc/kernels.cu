@@ -1288,7 +1288,7 @@ __device__ inline void cluster_sum_out(const float (&d)[NW / 8][4], float *red, 
   if (KS > 1) cluster_sync(); // peers may still read this CTA's partials
 }
 
-constexpr int kTmaRows = 32; // x's box: M <= 32 (a block step); 64 for a fused commit (XR)
+constexpr int kTmaRows = 32; // x's box: M <= 32 (a block step; tpost_kernel's XR 64 takes a fused commit)
 
 // tgemm_kernel: out = [res +] x W^T (res may be out, or null). Grid (N / NW,
 // KS) in clusters of the KS CTAs of a weight slice; 160 threads: warps 0-3
