@@ -142,9 +142,9 @@ int dtk_tma_gate_up_silu(int dtype, const void *x, const void *w, void *out, int
 // dtk_tma_post is a block step's sublayers after the attention on the
 // residual stream y (M, C; M at most 64, a fused commit), in place, in one
 // persistent kernel (grid barriers; up to 32 rows the TMA kernels' results
-// bit for bit): y += ao wo^T when ao
-// (M, Ko) is given (wo (C, Ko)), then y += down(dtk_tma_gate_up_silu(y,
-// wgu)) with wgu (2F, C) as there and wdown (C, F). scratch:
+// bit for bit): y += ao wo^T when ao (M, Ko) is given (wo (C, Ko)), then
+// y += down(dtk_tma_gate_up_silu(y, wgu)) with wgu (2F, C) as there and
+// wdown (C, F). scratch:
 // dtk_tma_post_scratch bytes, 16-byte aligned; sync: DTK_TMA_POST_SYNC
 // bytes, 8-byte aligned and zero before the first call, that no other
 // kernel uses while it runs (a count of barrier arrivals). The grid must
