@@ -3,7 +3,6 @@ package model
 import (
 	"math/rand/v2"
 	"os"
-	"strings"
 	"testing"
 
 	"dllm/torch"
@@ -13,9 +12,9 @@ import (
 // CUDA graphs, stacked projections) in bf16 is as close to a float32 truth
 // as the plain bf16 path is, for every kind of decode forward, before and
 // after its graphs are captured, with its block steps' attention through
-// the shim's kernel, alone or in clusters, and through cuDNN.
-// MiniCPM5-2B's shape unless $DLLM_TEST_CONFIG names another config.json
-// directory; in f16 instead when $DLLM_TEST_DTYPE is f16.
+// the shim's kernel and through cuDNN. MiniCPM5-2B's shape unless
+// $DLLM_TEST_CONFIG names another config.json directory; in f16 instead
+// when $DLLM_TEST_DTYPE is f16.
 //
 //	go test -c -o model.test ./model && ./model.test -test.run CUDA -test.v
 func TestDecoderCUDAMatchesPlainPath(t *testing.T) {
@@ -66,29 +65,17 @@ func TestDecoderCUDAMatchesPlainPath(t *testing.T) {
 	defer m32.Free()
 	// 2. The decoder's block steps attend through cuDNN past the context
 	// that $DLLM_ATTN_CUDNN gives (0: never), in graphs captured on their
-	// second use or, prepared, before the first; or, up to
-	// $DLLM_ATTN_CLUSTER keys (the default covers this test's contexts),
-	// through the shim's attention in clusters (with
-	// $DLLM_ATTN_CLUSTER_AR=1 AR steps too).
+	// second use or, prepared, before the first.
 	for _, c := range []struct {
-		env     []string
+		cudnn   string
 		prepare bool
-	}{
-		{[]string{"DLLM_ATTN_CLUSTER=0", "DLLM_ATTN_CUDNN=0"}, false},
-		{[]string{"DLLM_ATTN_CLUSTER=0", "DLLM_ATTN_CUDNN=64"}, false},
-		{[]string{"DLLM_ATTN_CLUSTER=0", "DLLM_ATTN_CUDNN=64"}, true},
-		{[]string{"DLLM_ATTN_CUDNN=64"}, false},
-		{[]string{"DLLM_ATTN_CLUSTER_SPLITS=16", "DLLM_ATTN_CLUSTER_AR=1"}, false},
-	} {
-		name := strings.Join(c.env, ",")
+	}{{"0", false}, {"64", false}, {"64", true}} {
+		name := "DLLM_ATTN_CUDNN=" + c.cudnn
 		if c.prepare {
 			name += ",prepared"
 		}
 		t.Run(name, func(t *testing.T) {
-			for _, e := range c.env {
-				k, v, _ := strings.Cut(e, "=")
-				t.Setenv(k, v)
-			}
+			t.Setenv("DLLM_ATTN_CUDNN", c.cudnn)
 			checkDecoder(t, cfg, dev, dt, m16, m32, c.prepare)
 		})
 	}

@@ -848,9 +848,6 @@ struct Decoder {
   int64_t cudnn_from = 0;   // for contexts past this many keys
   int64_t cudnn_chunks = 0; // $DLLM_ATTN_CUDNN_CHUNKS (8, 16, 32 or 64) instead of chunks' choice, to measure
   bool fill_nodes = false;  // the cuDNN path's graphs get kernel nodes for their memset nodes (see capture)
-  int64_t cluster_to = 0;     // with attn: forwards ending at most this many keys attend in clusters (clustered)
-  int64_t cluster_splits = 8; // the clusters' size, the keys' splits
-  bool cluster_ar = false;    // one-token forwards too
   int64_t written = 0;      // the cache slots [written, Max) are zero (the cuDNN path reads past the context)
   at::Tensor post_bar;      // post_fused's barrier count (DTK_TMA_POST_SYNC bytes, zero at first)
   int graphs = 0;      // capture graphs for query lengths up to this
@@ -1042,21 +1039,12 @@ struct Decoder {
   // the last row's position, which kernels.cu reads on the device: the
   // first c rows causally (as attend), the others seeing every key; (T, H*D).
   // With bucket > 0 it runs attend_cudnn over that many slots instead, q
-  // folded by pre; with cl, kernels.cu's attention in clusters (clustered).
+  // folded by pre.
   at::Tensor attend_all(DecLayer &ly, const at::Tensor &q, const at::Tensor &positions, int64_t c,
-                        int64_t bucket = 0, bool cl = false) {
+                        int64_t bucket = 0) {
     if (bucket > 0) return attend_cudnn(ly, q, positions, bucket);
     auto Tn = q.size(1), Smax = cos.size(0);
     auto out = at::empty({Tn, H * D}, q.options());
-    if (cl) {
-      int r = dtk_attn_cluster(static_cast<int>(q.scalar_type()), q.data_ptr(), ly.kc.data_ptr(), ly.vc.data_ptr(),
-                               out.data_ptr(), Tn, H, Hkv, positions.data_ptr<int64_t>(), c,
-                               static_cast<float>(attn_scale()), cluster_splits, stream());
-      if (r != DTK_TMA_NO) {
-        check_launch(r, "attn_cluster");
-        return out;
-      }
-    }
     auto scratch = at::empty({dtk_attn_decode_scratch(Tn, H, Hkv, Smax)}, q.options().dtype(at::kFloat));
     check_launch(dtk_attn_decode_pos(static_cast<int>(q.scalar_type()), q.data_ptr(), ly.kc.data_ptr(),
                                      ly.vc.data_ptr(), out.data_ptr(), Tn, H, Hkv, Smax,
@@ -1240,7 +1228,6 @@ struct Decoder {
         }
       }
       auto bucket = cudnn_bucket(Tn, causal, end);
-      bool cl = clustered(Tn, end);
 #ifdef DLLM_CUDNN_ATTN
       // cuDNN's call is a memset and its kernel; as a graph node between
       // RoPE and that kernel the memset costs ~5 us a layer (H200 trace,
@@ -1253,8 +1240,7 @@ struct Decoder {
 #endif
       g->capture_begin(pool, cudaStreamCaptureModeThreadLocal);
       auto x = embed.index_select(0, c.ids);
-      for (auto &ly : layers)
-        x = post(ly, x, attend_all(ly, pre(ly, x, c.pos, bucket > 0), c.pos, rows, bucket, cl));
+      for (auto &ly : layers) x = post(ly, x, attend_all(ly, pre(ly, x, c.pos, bucket > 0), c.pos, rows, bucket));
       c.hn = norm_(x, norm);
       g->capture_end();
 #ifdef DLLM_CUDNN_ATTN
@@ -1386,21 +1372,10 @@ struct Decoder {
   // causal of them causal: with kernels.cu's attention one graph per
   // (T, causal) (negative keys), else per-layer graphs per T (attention
   // runs between them, told causal at each replay).
-  // The cuDNN path's forwards have a graph per context bucket too, and
-  // the clustered ones one apart from the rest.
+  // The cuDNN path's forwards have a graph per context bucket too.
   int64_t capture_key(int64_t Tn, int64_t causal, int64_t end) const {
     if (!whole) return Tn;
-    return -((clustered(Tn, end) ? int64_t(1) << 60 : 0) + cudnn_bucket(Tn, causal, end) * (int64_t(1) << 32) +
-             Tn * (int64_t(1) << 20) + causal_rows(Tn, causal));
-  }
-
-  // clustered says a forward of T tokens ending at end attends through
-  // dtk_attn_cluster: its splits merge in the cluster, without the second
-  // kernel (the shim's merge, or the cuDNN path's fill and merge), but
-  // their number is fixed, so each reads more keys as the context grows:
-  // contexts up to cluster_to.
-  bool clustered(int64_t Tn, int64_t end) const {
-    return attn && cluster_to > 0 && end <= cluster_to && (Tn > 1 || cluster_ar);
+    return -(cudnn_bucket(Tn, causal, end) * (int64_t(1) << 32) + Tn * (int64_t(1) << 20) + causal_rows(Tn, causal));
   }
 
   // cudnn_bucket is the cache slots [0, Sb) that the cuDNN path's graph
@@ -1412,7 +1387,7 @@ struct Decoder {
   // forward, the capture, and cuDNN planning the new shape in PyTorch's
   // cache of the calling OS thread), ~50 ms ahead of use (prepare).
   int64_t cudnn_bucket(int64_t Tn, int64_t causal, int64_t end) const {
-    if (!cudnn || Tn < 2 || causal_rows(Tn, causal) > 0 || end <= cudnn_from || clustered(Tn, end)) return 0;
+    if (!cudnn || Tn < 2 || causal_rows(Tn, causal) > 0 || end <= cudnn_from) return 0;
     int64_t Sb = cudnn_ceil(end);
     return Sb <= layers[0].kc.size(0) ? Sb : 0;
   }
@@ -1542,18 +1517,6 @@ dt_err dt_decoder_new(dt_tensor embed, dt_tensor norm, dt_tensor head, const dt_
     // DLLM_ATTN=0 keeps FlashAttention for every attention (to measure).
     const char *at_ = std::getenv("DLLM_ATTN");
     d->attn = d->kernels && d->flash && d->D == 128 && !(at_ && std::string(at_) == "0");
-    // DLLM_ATTN_CLUSTER: forwards ending at most this many keys attend in
-    // clusters of DLLM_ATTN_CLUSTER_SPLITS CTAs (clustered; default 2048
-    // and 8; 0 never, to measure); DLLM_ATTN_CLUSTER_AR=1 one-token
-    // forwards too.
-    const char *cl = std::getenv("DLLM_ATTN_CLUSTER");
-    d->cluster_to = cl && *cl ? std::atoll(cl) : 2048;
-    const char *cs = std::getenv("DLLM_ATTN_CLUSTER_SPLITS");
-    d->cluster_splits = cs && *cs ? std::atoll(cs) : 8;
-    TORCH_CHECK(d->cluster_splits == 2 || d->cluster_splits == 4 || d->cluster_splits == 8 || d->cluster_splits == 16,
-                "decoder: DLLM_ATTN_CLUSTER_SPLITS must be 2, 4, 8 or 16, not ", cs);
-    const char *ca = std::getenv("DLLM_ATTN_CLUSTER_AR");
-    d->cluster_ar = ca && std::string(ca) == "1";
 #ifdef DLLM_CUDNN_ATTN
     // DLLM_ATTN_CUDNN: block steps over contexts past this many keys
     // attend through cuDNN (default 1024, from where it gained; 0 never,

@@ -696,50 +696,6 @@ int sm_count() {
   return n;
 }
 
-// Thread block clusters (Hopper): where the device code is built for sm_90a
-// (DLLM_TMA_DEVICE); elsewhere these are no-ops and the host never launches
-// the kernels that need them (cluster_on).
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define DLLM_TMA_DEVICE 1
-#endif
-// The helpers go unused where the kernels' bodies are traps (sm_80, sm_90).
-#pragma nv_diag_suppress 177
-__device__ inline unsigned cluster_rank() {
-  unsigned r = 0;
-#ifdef DLLM_TMA_DEVICE
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-#endif
-  return r;
-}
-__device__ inline void cluster_sync() {
-#ifdef DLLM_TMA_DEVICE
-  asm volatile("barrier.cluster.arrive.aligned;\nbarrier.cluster.wait.aligned;" ::: "memory");
-#endif
-}
-// ld_peer is the float at shared address a of the cluster's CTA rank.
-__device__ inline float ld_peer(unsigned a, unsigned rank) {
-  float v = 0;
-#ifdef DLLM_TMA_DEVICE
-  unsigned r;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
-  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(r) : "memory");
-#endif
-  return v;
-}
-// ld_peer4 is four floats at shared address a of the cluster's CTA rank.
-__device__ inline float4 ld_peer4(unsigned a, unsigned rank) {
-  float4 v = make_float4(0, 0, 0, 0);
-#ifdef DLLM_TMA_DEVICE
-  unsigned r;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
-  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
-               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-               : "r"(r)
-               : "memory");
-#endif
-  return v;
-}
-
 // --- decode attention ----------------------------------------------------------
 //
 // Attention of a decode forward's rows that all see the same keys (a
@@ -762,10 +718,7 @@ constexpr int kAD = 128, kARows = 64, kAKeys = 64, kAThreads = 128;
 // The first causal tokens see only the keys up to their own position (a
 // finished block's commit riding in the forward); the rest see them all.
 // Warps whose rows are all past R (an AR step's 8 rows) only load.
-// kCl: the grid is (row blocks, splits, Hkv) instead, the splits of a row
-// block one thread block cluster that merges them itself (step 6): no part,
-// lse or second kernel.
-template <typename T, bool kCl = false>
+template <typename T>
 __global__ void __launch_bounds__(kAThreads)
     attn_decode_kernel(const T *__restrict__ q, const T *__restrict__ kc, const T *__restrict__ vc, T *__restrict__ out,
                        int R, int G, int H, int Hkv, int S, const int64_t *__restrict__ pos, int causal,
@@ -774,8 +727,7 @@ __global__ void __launch_bounds__(kAThreads)
   T *Qs = reinterpret_cast<T *>(smem); // (kARows, kAD)
   T *Ks = Qs + kARows * kAD;           // (2, kAKeys, kAD)
   T *Vs = Ks + 2 * kAKeys * kAD;       // (2, kAKeys, kAD)
-  const int rb = blockIdx.x, h = kCl ? blockIdx.z : blockIdx.y, split = kCl ? blockIdx.y : blockIdx.z;
-  const int splits = kCl ? gridDim.y : gridDim.z;
+  const int rb = blockIdx.x, h = blockIdx.y, split = blockIdx.z, splits = gridDim.z;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   // The positions are written when a forward starts, several kernels back
   // (each kernel here lets the next start only once its own wait is over,
@@ -913,68 +865,23 @@ __global__ void __launch_bounds__(kAThreads)
     l[i] += __shfl_xor_sync(0xffffffff, l[i], 1);
     l[i] += __shfl_xor_sync(0xffffffff, l[i], 2);
   }
-  if constexpr (kCl) {
-    // 6. The cluster's merge: each row's maximum and sum to shared memory;
-    // each CTA scales its rows to the cluster's (float32, into the K
-    // stages, free now: kARows x kAD floats are their size); then CTA s
-    // adds up rows [s n, s n + n) over the ranks in order (deterministic)
-    // and writes them out. Empty splits (m -inf, l 0) weigh nothing.
-    __shared__ float rm[kARows], rl[kARows];
-    float *ob = reinterpret_cast<float *>(Ks);
-    const int r0 = warp * 16 + lane / 4;
-    if (lane % 4 == 0) rm[r0] = m[0], rl[r0] = l[0], rm[r0 + 8] = m[1], rl[r0 + 8] = l[1];
-    cluster_sync();
 #pragma unroll
-    for (int i = 0; i < 2; i++) {
-      const unsigned am = smem_u32(rm + r0 + 8 * i), al = smem_u32(rl + r0 + 8 * i);
-      float mx = -INFINITY, sum = 0;
-      for (int s = 0; s < splits; s++) mx = fmaxf(mx, ld_peer(am, s));
-      for (int s = 0; s < splits; s++) {
-        float ms = ld_peer(am, s);
-        if (ms != -INFINITY) sum += ld_peer(al, s) * exp2f(ms - mx);
-      }
-      const float f = m[i] == -INFINITY || sum == 0 ? 0.0f : exp2f(m[i] - mx) / sum;
-      float *dst = ob + (r0 + 8 * i) * kAD + 2 * (lane % 4);
+  for (int i = 0; i < 2; i++) {
+    int r = rb * kARows + warp * 16 + lane / 4 + 8 * i;
+    if (r >= R) continue;
+    float inv = l[i] > 0 ? 1.0f / l[i] : 0.0f;
+    if (splits == 1) {
+      T *dst = out + qrow(r) * kAD;
 #pragma unroll
       for (int d = 0; d < kAD / 8; d++)
-        *reinterpret_cast<float2 *>(dst + 8 * d) = make_float2(o[d][2 * i] * f, o[d][2 * i + 1] * f);
-    }
-    cluster_sync();
-    const int n = kARows / splits; // splits divides kARows (attn_cluster)
-    for (int i = tid; i < n * (kAD / 4); i += kAThreads) {
-      const int r = split * n + i / (kAD / 4), c = 4 * (i % (kAD / 4)), gr = rb * kARows + r;
-      float4 v = make_float4(0, 0, 0, 0);
-      for (int s = 0; s < splits; s++) {
-        float4 p = ld_peer4(smem_u32(ob + r * kAD + c), s);
-        v.x += p.x, v.y += p.y, v.z += p.z, v.w += p.w;
-      }
-      if (gr < R) {
-        unsigned *dst = reinterpret_cast<unsigned *>(out + qrow(gr) * kAD + c);
-        dst[0] = pack2<T>(v.x, v.y), dst[1] = pack2<T>(v.z, v.w);
-      }
-    }
-    cluster_sync(); // peers may still read this CTA's rows
-  } else {
+        *reinterpret_cast<unsigned *>(dst + 8 * d + 2 * (lane % 4)) = pack2<T>(o[d][2 * i] * inv, o[d][2 * i + 1] * inv);
+    } else {
+      int64_t pr = (int64_t(split) * Hkv + h) * R + r;
+      float *dst = part + pr * kAD;
 #pragma unroll
-    for (int i = 0; i < 2; i++) {
-      int r = rb * kARows + warp * 16 + lane / 4 + 8 * i;
-      if (r >= R) continue;
-      float inv = l[i] > 0 ? 1.0f / l[i] : 0.0f;
-      if (splits == 1) {
-        T *dst = out + qrow(r) * kAD;
-#pragma unroll
-        for (int d = 0; d < kAD / 8; d++)
-          *reinterpret_cast<unsigned *>(dst + 8 * d + 2 * (lane % 4)) =
-              pack2<T>(o[d][2 * i] * inv, o[d][2 * i + 1] * inv);
-      } else {
-        int64_t pr = (int64_t(split) * Hkv + h) * R + r;
-        float *dst = part + pr * kAD;
-#pragma unroll
-        for (int d = 0; d < kAD / 8; d++)
-          *reinterpret_cast<float2 *>(dst + 8 * d + 2 * (lane % 4)) =
-              make_float2(o[d][2 * i] * inv, o[d][2 * i + 1] * inv);
-        if (lane % 4 == 0) lse[pr] = l[i] > 0 ? m[i] + log2f(l[i]) : -INFINITY;
-      }
+      for (int d = 0; d < kAD / 8; d++)
+        *reinterpret_cast<float2 *>(dst + 8 * d + 2 * (lane % 4)) = make_float2(o[d][2 * i] * inv, o[d][2 * i + 1] * inv);
+      if (lane % 4 == 0) lse[pr] = l[i] > 0 ? m[i] + log2f(l[i]) : -INFINITY;
     }
   }
 }
@@ -1115,43 +1022,6 @@ int attn_decode(const void *q, const void *kc, const void *vc, void *out, int64_
                 static_cast<int>(G), static_cast<int>(H), static_cast<int>(Hkv), splits, static_cast<int>(S), pos);
 }
 
-// cluster_on says the device runs the sm_90a build (thread block clusters
-// with distributed shared memory: DLLM_TMA_DEVICE's code).
-bool cluster_on() {
-  static const bool on = [] {
-    int dev = 0, major = 0, minor = 0;
-    return cudaGetDevice(&dev) == cudaSuccess &&
-           cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-           cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess && major == 9 &&
-           minor == 0;
-  }();
-  return on;
-}
-
-// attn_cluster launches attn_decode_kernel<T, true>: splits (dividing
-// kARows; 16 is past the portable cluster size) CTAs a cluster.
-template <typename T>
-int attn_cluster(const void *q, const void *kc, const void *vc, void *out, int64_t Tn, int64_t H, int64_t Hkv,
-                 const int64_t *pos, int64_t causal, float scale, int splits, cudaStream_t st) {
-  constexpr size_t smem = (kARows + 4 * kAKeys) * kAD * sizeof(T);
-  static const cudaError_t set = [] {
-    cudaError_t e = cudaFuncSetAttribute(attn_decode_kernel<T, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(smem));
-    if (e == cudaSuccess)
-      e = cudaFuncSetAttribute(attn_decode_kernel<T, true>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-    return e;
-  }();
-  if (set != cudaSuccess) return set;
-  int64_t G = H / Hkv, R = Tn * G;
-  dim3 grid(static_cast<unsigned>((R + kARows - 1) / kARows), static_cast<unsigned>(splits),
-            static_cast<unsigned>(Hkv));
-  return launch_in(attn_decode_kernel<T, true>, grid, kAThreads, smem, st, static_cast<unsigned>(splits),
-                   static_cast<const T *>(q), static_cast<const T *>(kc), static_cast<const T *>(vc),
-                   static_cast<T *>(out), static_cast<int>(R), static_cast<int>(G), static_cast<int>(H),
-                   static_cast<int>(Hkv), 1, pos, static_cast<int>(causal), scale * 1.4426950408889634f,
-                   static_cast<float *>(nullptr), static_cast<float *>(nullptr));
-}
-
 // fill_kernel is a memset node's work (dtk_graph_fill_memsets): height
 // rows of row_bytes bytes, pitch bytes apart, each 4-byte period of a row
 // the bytes of word; 16 bytes a store where vec says dst, pitch and
@@ -1207,6 +1077,11 @@ cudaError_t graph_neighbours(cudaGraphNode_t node, bool in, std::vector<cudaGrap
 // knows the target); elsewhere the kernels trap and the host never
 // launches them.
 
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define DLLM_TMA_DEVICE 1
+#endif
+// The helpers go unused where the kernels' bodies are traps (sm_80, sm_90).
+#pragma nv_diag_suppress 177
 
 __device__ inline void mbar_init(unsigned bar, unsigned count) {
 #ifdef DLLM_TMA_DEVICE
@@ -1246,6 +1121,31 @@ __device__ inline void tma_load2d(unsigned dst, const CUtensorMap &map, int c0, 
       "l"(reinterpret_cast<uint64_t>(&map)), "r"(c0), "r"(c1), "r"(bar)
       : "memory");
 #endif
+}
+__device__ inline unsigned cluster_rank() {
+  unsigned r = 0;
+#ifdef DLLM_TMA_DEVICE
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+#endif
+  return r;
+}
+__device__ inline void cluster_sync() {
+#ifdef DLLM_TMA_DEVICE
+  asm volatile("barrier.cluster.arrive.aligned;\nbarrier.cluster.wait.aligned;" ::: "memory");
+#endif
+}
+// ld_peer4 is four floats at shared address a of the cluster's CTA rank.
+__device__ inline float4 ld_peer4(unsigned a, unsigned rank) {
+  float4 v = make_float4(0, 0, 0, 0);
+#ifdef DLLM_TMA_DEVICE
+  unsigned r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(r)
+               : "memory");
+#endif
+  return v;
 }
 // sw128_desc is the wgmma descriptor of a K-major operand in shared memory
 // with 128-byte swizzling (what TMA's 128-byte swizzle writes): rows of 64
@@ -2180,26 +2080,6 @@ int dtk_attn_decode_pos(int dtype, const void *q, const void *kc, const void *vc
     return attn_decode<__nv_bfloat16>(q, kc, vc, out, T, H, Hkv, S, pos, causal, scale, scratch, st);
   if (dtype == kF16) return attn_decode<__half>(q, kc, vc, out, T, H, Hkv, S, pos, causal, scale, scratch, st);
   return cudaErrorInvalidValue;
-}
-
-int dtk_attn_cluster(int dtype, const void *q, const void *kc, const void *vc, void *out, int64_t T, int64_t H,
-                     int64_t Hkv, const int64_t *pos, int64_t causal, float scale, int64_t splits, void *stream) {
-  auto misaligned = [](const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15) != 0; };
-  if (T < 1 || Hkv < 1 || H % Hkv != 0 || T * H > 2147483647 || !pos || misaligned(q) || misaligned(kc) ||
-      misaligned(vc) || misaligned(out) || causal < 0 || causal > T || splits < 2 || splits > 16 ||
-      kARows % splits != 0)
-    return cudaErrorInvalidValue;
-#ifdef DLLM_SM90A
-  if (!cluster_on()) return DTK_TMA_NO;
-  auto st = static_cast<cudaStream_t>(stream);
-  int n = static_cast<int>(splits);
-  if (dtype == kBF16) return attn_cluster<__nv_bfloat16>(q, kc, vc, out, T, H, Hkv, pos, causal, scale, n, st);
-  if (dtype == kF16) return attn_cluster<__half>(q, kc, vc, out, T, H, Hkv, pos, causal, scale, n, st);
-  return cudaErrorInvalidValue;
-#else
-  (void)dtype, (void)scale, (void)stream;
-  return DTK_TMA_NO;
-#endif
 }
 
 int dtk_attn_merge_lse(int dtype, const void *parts, int64_t ps, int64_t ph, int64_t pr, const float *lse,

@@ -105,15 +105,6 @@ int dtk_attn_decode_pos(int dtype, const void *q, const void *kc, const void *vc
                         int64_t Hkv, int64_t S, const int64_t *pos, int64_t causal, float scale, void *scratch,
                         void *stream);
 
-// dtk_attn_decode_pos (pos required, no scratch) in one kernel on Hopper:
-// the keys split in splits (2, 4, 8 or 16) that form a thread block
-// cluster and merge in its distributed shared memory, so the grid is fixed
-// and each split's share of the keys grows with the context (meant for
-// short contexts). DTK_TMA_NO where the build or the device has no
-// clusters (then nothing is launched).
-int dtk_attn_cluster(int dtype, const void *q, const void *kc, const void *vc, void *out, int64_t T, int64_t H,
-                     int64_t Hkv, const int64_t *pos, int64_t causal, float scale, int64_t splits, void *stream);
-
 // For probes (scripts/gpu_attn_probe.py): programmatic dependent launch of
 // these kernels on (1) or off (0), and dtk_attn_decode's split of the keys
 // (at most splits_cap splits, about ctas_per_sm CTAs per SM, at least
