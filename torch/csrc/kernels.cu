@@ -955,61 +955,28 @@ __global__ void __launch_bounds__(kAD * kMergeWays, 4) // four CTAs an SM: a 32-
 // mx), mx the largest lse, into (T, H, kAD) at folded row r's token and
 // head. pad = S - (pos[T-1] + 1) is the number of zero key and value slots
 // past the context that the splits covered (their scores are exactly 0,
-// so each added e^0 to a split's sum and nothing to its values). Each
-// thread loads all its splits' values and log-sum-exps at once (NS >=
-// splits, unrolled): one trip to L2 after the wait, where the lse values
-// through shared memory and then the values split by split were several.
-template <typename T, int NS>
+// so each added e^0 to a split's sum and nothing to its values).
+template <typename T>
 __global__ void __launch_bounds__(kAD)
     attn_merge_lse_kernel(const T *parts, int64_t ps, int64_t ph, int64_t pr, const float *lse, int64_t ls,
                           int64_t lh, int64_t lr, const int64_t *pos, int Tn, int64_t S, T *out, int G, int H,
                           int splits) {
+  __shared__ float lw[kAD]; // splits <= kAD
   const int r = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
-  // Written when the forward starts, kernels back: safe before the wait
-  // (attn_decode_kernel).
-  const float pad = static_cast<float>(S - (pos[Tn - 1] + 1));
-  const T *p = parts + int64_t(h) * ph + int64_t(r) * pr + d;
-  const float *l = lse + int64_t(h) * lh + int64_t(r) * lr;
   dep_wait_launch(2);
-  float lv[NS], pv[NS];
-#pragma unroll
-  for (int s = 0; s < NS; s++) {
-    lv[s] = s < splits ? l[int64_t(s) * ls] : -INFINITY;
-    pv[s] = s < splits ? f32(p[int64_t(s) * ps]) : 0.0f;
-  }
+  if (d < splits) lw[d] = lse[int64_t(d) * ls + int64_t(h) * lh + int64_t(r) * lr];
+  __syncthreads();
   float mx = -INFINITY;
-#pragma unroll
-  for (int s = 0; s < NS; s++) mx = fmaxf(mx, lv[s]);
+  for (int s = 0; s < splits; s++) mx = fmaxf(mx, lw[s]);
   float acc = 0, wsum = 0;
-#pragma unroll
-  for (int s = 0; s < NS; s++) {
-    if (s >= splits) break;
-    float w = __expf(lv[s] - mx);
-    acc += w * pv[s];
+  for (int s = 0; s < splits; s++) {
+    float w = __expf(lw[s] - mx);
+    acc += w * f32(parts[int64_t(s) * ps + int64_t(h) * ph + int64_t(r) * pr + d]);
     wsum += w;
   }
-  wsum -= pad * expf(-mx);
+  wsum -= static_cast<float>(S - (pos[Tn - 1] + 1)) * expf(-mx);
   int64_t row = int64_t(r / G) * H + int64_t(h) * G + r % G;
   out[row * kAD + d] = cast<T>(acc / wsum);
-}
-
-// merge_lse launches attn_merge_lse_kernel<T, NS> for splits <= NS <= 64.
-template <typename T>
-int merge_lse(const void *parts, int64_t ps, int64_t ph, int64_t pr, const float *lse, int64_t ls, int64_t lh,
-              int64_t lr, const int64_t *pos, int64_t S, void *out, int64_t Tn, int64_t H, int64_t Hkv,
-              int64_t splits, cudaStream_t st) {
-  const int G = static_cast<int>(H / Hkv), R = static_cast<int>(Tn) * G, n = static_cast<int>(splits);
-  dim3 grid(static_cast<unsigned>(R), static_cast<unsigned>(Hkv));
-  auto pp = static_cast<const T *>(parts);
-  auto po = static_cast<T *>(out);
-  if (n <= 16)
-    return launch(attn_merge_lse_kernel<T, 16>, grid, kAD, 0, st, pp, ps, ph, pr, lse, ls, lh, lr, pos,
-                  static_cast<int>(Tn), S, po, G, static_cast<int>(H), n);
-  if (n <= 32)
-    return launch(attn_merge_lse_kernel<T, 32>, grid, kAD, 0, st, pp, ps, ph, pr, lse, ls, lh, lr, pos,
-                  static_cast<int>(Tn), S, po, G, static_cast<int>(H), n);
-  return launch(attn_merge_lse_kernel<T, 64>, grid, kAD, 0, st, pp, ps, ph, pr, lse, ls, lh, lr, pos,
-                static_cast<int>(Tn), S, po, G, static_cast<int>(H), n);
 }
 
 // attn_splits spreads the key tiles so that the grid has about
@@ -2120,11 +2087,19 @@ int dtk_attn_merge_lse(int dtype, const void *parts, int64_t ps, int64_t ph, int
                        int64_t H, int64_t Hkv, int64_t splits, void *stream) {
   early_launch_init(static_cast<cudaStream_t>(stream));
   auto st = static_cast<cudaStream_t>(stream);
-  if (!parts || !lse || !pos || !out || T < 1 || Hkv < 1 || H % Hkv != 0 || splits < 1 || splits > 64 ||
+  if (!parts || !lse || !pos || !out || T < 1 || Hkv < 1 || H % Hkv != 0 || splits < 1 || splits > kAD ||
       T * (H / Hkv) > 2147483647)
     return cudaErrorInvalidValue;
-  if (dtype == kBF16) return merge_lse<__nv_bfloat16>(parts, ps, ph, pr, lse, ls, lh, lr, pos, S, out, T, H, Hkv, splits, st);
-  if (dtype == kF16) return merge_lse<__half>(parts, ps, ph, pr, lse, ls, lh, lr, pos, S, out, T, H, Hkv, splits, st);
+  const int G = static_cast<int>(H / Hkv), R = static_cast<int>(T) * G;
+  dim3 grid(static_cast<unsigned>(R), static_cast<unsigned>(Hkv));
+  if (dtype == kBF16)
+    return launch(attn_merge_lse_kernel<__nv_bfloat16>, grid, kAD, 0, st, static_cast<const __nv_bfloat16 *>(parts),
+                  ps, ph, pr, lse, ls, lh, lr, pos, static_cast<int>(T), S, static_cast<__nv_bfloat16 *>(out), G,
+                  static_cast<int>(H), static_cast<int>(splits));
+  if (dtype == kF16)
+    return launch(attn_merge_lse_kernel<__half>, grid, kAD, 0, st, static_cast<const __half *>(parts), ps, ph, pr,
+                  lse, ls, lh, lr, pos, static_cast<int>(T), S, static_cast<__half *>(out), G, static_cast<int>(H),
+                  static_cast<int>(splits));
   return cudaErrorInvalidValue;
 }
 

@@ -90,7 +90,7 @@ int64_t dtk_attn_decode_scratch(int64_t T, int64_t H, int64_t Hkv, int64_t S);
 // out (T, H, 128) = the splits weighted by e^lse. The splits covered S key
 // slots, of which those past pos[T-1] (pos: the rows' T positions) are
 // zero (scores 0, values 0): their e^0 each is taken off the sum.
-// splits <= 64.
+// splits <= 128.
 int dtk_attn_merge_lse(int dtype, const void *parts, int64_t ps, int64_t ph, int64_t pr, const float *lse,
                        int64_t ls, int64_t lh, int64_t lr, const int64_t *pos, int64_t S, void *out, int64_t T,
                        int64_t H, int64_t Hkv, int64_t splits, void *stream);
