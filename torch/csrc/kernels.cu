@@ -706,10 +706,10 @@ int sm_count() {
 // long cache fills the GPU; a second kernel merges the splits by
 // log-sum-exp. It reads q in the (T, H, D) layout and writes out in it.
 
-constexpr int kAD = 128, kAKeys = 64;
+constexpr int kAD = 128, kARows = 64, kAKeys = 64, kAThreads = 128;
 
-// Grid (row blocks of RB, Hkv, splits), 2 RB threads; warp w owns rows
-// [16 w, 16 w + 16) of its block. part (splits, Hkv, R, D) and lse (splits, Hkv, R) float32
+// Grid (row blocks of kARows, Hkv, splits); warp w owns rows [16 w, 16 w + 16)
+// of its block. part (splits, Hkv, R, D) and lse (splits, Hkv, R) float32
 // take the unmerged results when splits > 1; else out directly. With pos
 // (T, the rows' positions) the keys are [0, pos[T - 1] + 1) instead of
 // [0, S), read on the device, so that a CUDA graph can hold the kernel
@@ -718,15 +718,14 @@ constexpr int kAD = 128, kAKeys = 64;
 // The first causal tokens see only the keys up to their own position (a
 // finished block's commit riding in the forward); the rest see them all.
 // Warps whose rows are all past R (an AR step's 8 rows) only load.
-template <typename T, int RB>
-__global__ void __launch_bounds__(2 * RB)
+template <typename T>
+__global__ void __launch_bounds__(kAThreads)
     attn_decode_kernel(const T *__restrict__ q, const T *__restrict__ kc, const T *__restrict__ vc, T *__restrict__ out,
                        int R, int G, int H, int Hkv, int S, const int64_t *__restrict__ pos, int causal,
                        float scale_log2, float *__restrict__ part, float *__restrict__ lse) {
   extern __shared__ __align__(16) unsigned char smem[];
-  constexpr int kAThreads = 2 * RB;
-  T *Qs = reinterpret_cast<T *>(smem); // (RB, kAD)
-  T *Ks = Qs + RB * kAD;               // (2, kAKeys, kAD)
+  T *Qs = reinterpret_cast<T *>(smem); // (kARows, kAD)
+  T *Ks = Qs + kARows * kAD;           // (2, kAKeys, kAD)
   T *Vs = Ks + 2 * kAKeys * kAD;       // (2, kAKeys, kAD)
   const int rb = blockIdx.x, h = blockIdx.y, split = blockIdx.z, splits = gridDim.z;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -759,8 +758,8 @@ __global__ void __launch_bounds__(2 * RB)
   if (early) load_kv(0, t0);
   dep_wait();
   dep_launch();
-  for (int i = tid; i < RB * 16; i += kAThreads) {
-    int r = i / 16, c = i % 16, gr = rb * RB + r;
+  for (int i = tid; i < kARows * 16; i += kAThreads) {
+    int r = i / 16, c = i % 16, gr = rb * kARows + r;
     cp_async16(smem_u32(Qs + swz(r, c)), gr < R ? q + qrow(gr) * kAD + c * 8 : q, gr < R);
   }
   if (t0 < t1 && !early) load_kv(0, t0);
@@ -770,12 +769,12 @@ __global__ void __launch_bounds__(2 * RB)
   int lim[2]; // keys [0, lim) for rows lane/4 and lane/4 + 8: token t < causal sees up to first + t
 #pragma unroll
   for (int i = 0; i < 2; i++) {
-    int t = (rb * RB + warp * 16 + lane / 4 + 8 * i) / G;
+    int t = (rb * kARows + warp * 16 + lane / 4 + 8 * i) / G;
     lim[i] = t < causal ? min(first + t + 1, S) : S;
   }
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0}; // rows lane/4 and lane/4 + 8
   unsigned qf[kAD / 16][4];
-  const bool active = rb * RB + warp * 16 < R;
+  const bool active = rb * kARows + warp * 16 < R;
   for (int it = t0; it < t1; it++) {
     int stage = (it - t0) % 2;
     if (it + 1 < t1) load_kv(stage ^ 1, it + 1);
@@ -868,7 +867,7 @@ __global__ void __launch_bounds__(2 * RB)
   }
 #pragma unroll
   for (int i = 0; i < 2; i++) {
-    int r = rb * RB + warp * 16 + lane / 4 + 8 * i;
+    int r = rb * kARows + warp * 16 + lane / 4 + 8 * i;
     if (r >= R) continue;
     float inv = l[i] > 0 ? 1.0f / l[i] : 0.0f;
     if (splits == 1) {
@@ -980,30 +979,14 @@ __global__ void __launch_bounds__(kAD)
   out[row * kAD + d] = cast<T>(acc / wsum);
 }
 
-// attn_rows is the row block for R folded rows: 128 (eight warps) from
-// $DLLM_ATTN_WIDE rows (default 512, a fused commit's 64 tokens; 0 never,
-// to measure), else 64. Each row block reads every key of its splits, so
-// 64-row blocks read a fused commit's keys eight times, and at two CTAs an
-// SM each has four warps to hide its loads behind.
-int attn_rows(int64_t R) {
-  static const int64_t from = [] {
-    const char *e = std::getenv("DLLM_ATTN_WIDE");
-    return e && *e ? std::atoll(e) : int64_t(512);
-  }();
-  return from > 0 && R >= from ? 128 : 64;
-}
-
 // attn_splits spreads the key tiles so that the grid has about
 // g_ctas_per_sm CTAs per SM (two fit at once), each with at least
 // g_min_tiles tiles, and at most g_splits_cap splits: the merge reads all
 // of a row's splits, and an AR step's 16 rows over 32k keys measured 3.47
 // ms a step with 132 splits against 3.22 with 66 (H200).
 int attn_splits(int64_t R, int64_t Hkv, int64_t S) {
-  const int64_t RB = attn_rows(R);
-  int64_t base = (R + RB - 1) / RB * Hkv, tiles = (S + kAKeys - 1) / kAKeys;
-  // The 128-row kernel fits once an SM (its 256 threads take ~230
-  // registers each): no more CTAs than SMs, so no second wave.
-  int64_t want = RB == 128 ? std::max<int64_t>(1, sm_count() / base) : (g_ctas_per_sm * sm_count() + base - 1) / base;
+  int64_t base = (R + kARows - 1) / kARows * Hkv, tiles = (S + kAKeys - 1) / kAKeys;
+  int64_t want = (g_ctas_per_sm * sm_count() + base - 1) / base;
   if (want > g_splits_cap) want = g_splits_cap;
   int64_t most = tiles / g_min_tiles;
   int64_t splits = want < most ? want : most;
@@ -1013,33 +996,26 @@ int attn_splits(int64_t R, int64_t Hkv, int64_t S) {
   return static_cast<int>((tiles + tps - 1) / tps);
 }
 
-// attn_launch launches attn_decode_kernel<T, RB> over splits.
-template <typename T, int RB>
-cudaError_t attn_launch(const void *q, const void *kc, const void *vc, void *out, int64_t R, int64_t G, int64_t H,
-                        int64_t Hkv, int64_t S, const int64_t *pos, int64_t causal, float scale, int splits,
-                        float *part, float *lse, cudaStream_t st) {
-  constexpr size_t smem = (RB + 4 * kAKeys) * kAD * sizeof(T);
-  // Above 48 KB dynamic shared memory must be asked for.
-  static const cudaError_t set = cudaFuncSetAttribute(
-      attn_decode_kernel<T, RB>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-  if (set != cudaSuccess) return set;
-  dim3 grid(static_cast<unsigned>((R + RB - 1) / RB), static_cast<unsigned>(Hkv), static_cast<unsigned>(splits));
-  return launch(attn_decode_kernel<T, RB>, grid, 2 * RB, smem, st, static_cast<const T *>(q),
-                static_cast<const T *>(kc), static_cast<const T *>(vc), static_cast<T *>(out), static_cast<int>(R),
-                static_cast<int>(G), static_cast<int>(H), static_cast<int>(Hkv), static_cast<int>(S), pos,
-                static_cast<int>(causal), scale * 1.4426950408889634f, part, lse);
-}
-
 template <typename T>
 int attn_decode(const void *q, const void *kc, const void *vc, void *out, int64_t Tn, int64_t H, int64_t Hkv,
                 int64_t S, const int64_t *pos, int64_t causal, float scale, void *scratch, cudaStream_t st) {
+  constexpr size_t smem = (kARows + 4 * kAKeys) * kAD * sizeof(T);
+  static bool attr = false; // above 48 KB dynamic shared memory must be asked for
+  if (!attr) {
+    cudaError_t e = cudaFuncSetAttribute(attn_decode_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(smem));
+    if (e != cudaSuccess) return e;
+    attr = true;
+  }
   int64_t G = H / Hkv, R = Tn * G;
   int splits = attn_splits(R, Hkv, S);
   float *part = static_cast<float *>(scratch);
   float *lse = part + int64_t(splits) * Hkv * R * kAD;
-  cudaError_t e = attn_rows(R) == 128
-                      ? attn_launch<T, 128>(q, kc, vc, out, R, G, H, Hkv, S, pos, causal, scale, splits, part, lse, st)
-                      : attn_launch<T, 64>(q, kc, vc, out, R, G, H, Hkv, S, pos, causal, scale, splits, part, lse, st);
+  dim3 grid(static_cast<unsigned>((R + kARows - 1) / kARows), static_cast<unsigned>(Hkv), static_cast<unsigned>(splits));
+  cudaError_t e = launch(attn_decode_kernel<T>, grid, kAThreads, smem, st, static_cast<const T *>(q),
+                         static_cast<const T *>(kc), static_cast<const T *>(vc), static_cast<T *>(out),
+                         static_cast<int>(R), static_cast<int>(G), static_cast<int>(H), static_cast<int>(Hkv),
+                         static_cast<int>(S), pos, static_cast<int>(causal), scale * 1.4426950408889634f, part, lse);
   if (e != cudaSuccess || splits == 1) return e;
   return launch(attn_merge_kernel<T>, dim3(static_cast<unsigned>(R), static_cast<unsigned>(Hkv)),
                 dim3(kAD, kMergeWays), 0, st, part, lse, static_cast<T *>(out), static_cast<int>(R),
