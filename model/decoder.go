@@ -120,9 +120,10 @@ func (d *Decoder) Commit(n int64) error {
 func (d *Decoder) Reset() { d.Len = 0 }
 
 // Prepare captures, ahead of use, the CUDA graphs of block steps of block
-// tokens at the contexts up to upto whose attention runs through cuDNN,
-// one per 2048 positions, each of which would cost a generation ~80 ms
-// where it first reaches it (torch.Decoder.Prepare). It returns how many
+// tokens, and of fused commits (2 block tokens), at the contexts up to
+// upto whose attention runs through cuDNN, one of each per 2048
+// positions, each of which would cost a generation ~80 ms where it first
+// reaches it (torch.Decoder.Prepare). It returns how many
 // it captured: 0 off the GPU and below the contexts that path serves. It
 // forgets the context (Reset): it writes the cache's first positions.
 func (d *Decoder) Prepare(block, upto int) (n int, err error) {

@@ -96,11 +96,13 @@ func (d *Decoder) Forward(ids []int64, pos int64, causal, rows int) *Tensor {
 }
 
 // Prepare captures, ahead of use, the CUDA graphs of block steps of n
-// tokens whose attention runs through cuDNN: one per context bucket up to
-// upto positions, each of which would otherwise cost its first forwards
-// ~80 ms (cuDNN plans every new shape). It returns how many it captured:
-// 0 off the GPU or below the contexts that path serves ($DLLM_ATTN_CUDNN).
-// It writes the cache at positions [0, n): call it between sequences.
+// tokens whose attention runs through cuDNN, and of fused commits (2 n
+// tokens, n causal; not with $DLLM_FUSED_CUDNN=0): one of each per context
+// bucket up to upto positions, each of which would otherwise cost its
+// first forwards ~80 ms (cuDNN plans every new shape). It returns how many
+// it captured: 0 off the GPU or below the contexts that path serves
+// ($DLLM_ATTN_CUDNN). It writes the cache at positions [0, 2 n): call it
+// between sequences.
 func (d *Decoder) Prepare(n, upto int64) int {
 	mustLoad()
 	if d.p == nil {

@@ -848,6 +848,8 @@ struct Decoder {
   int64_t cudnn_from = 0;   // for contexts past this many keys
   int64_t cudnn_chunks = 0; // $DLLM_ATTN_CUDNN_CHUNKS (8, 16, 32 or 64) instead of chunks' choice, to measure
   bool fill_nodes = false;  // the cuDNN path's graphs get kernel nodes for their memset nodes (see capture)
+  bool fused_cudnn = false; // the cuDNN path takes forwards with causal rows too (attend_cudnn's own keys)
+  at::Tensor own_k, own_v, own_pos; // for it: a forward's own keys and values (64, Hkv, D); 0, 1, ... 63
   int64_t written = 0;      // the cache slots [written, Max) are zero (the cuDNN path reads past the context)
   at::Tensor post_bar;      // post_fused's barrier count (DTK_TMA_POST_SYNC bytes, zero at first)
   int graphs = 0;      // capture graphs for query lengths up to this
@@ -960,7 +962,10 @@ struct Decoder {
   // pre is layer l's attention input: RMSNorm, fused QKV, RoPE; it writes the
   // keys and values of positions (T) into the cache and returns q (1, T, H, D),
   // or with fold_q (kernels only) q folded for attend_cudnn: (1, Hkv, T G, D).
-  at::Tensor pre(DecLayer &ly, const at::Tensor &x, const at::Tensor &positions, bool fold_q = false) {
+  // With own (kernels only) the keys and values go to own_k, own_v instead
+  // and their cache rows are zeroed, for attend_cudnn with causal rows.
+  at::Tensor pre(DecLayer &ly, const at::Tensor &x, const at::Tensor &positions, bool fold_q = false,
+                 bool own = false) {
     auto Tn = x.size(0);
     bool f = folds(x);
     auto qkv = ly.bqkv.defined() ? at::linear(norm_(x, ly.n1), ly.wqkv, ly.bqkv)
@@ -972,12 +977,13 @@ struct Decoder {
       check_launch(dtk_rope_qkv(static_cast<int>(x.scalar_type()), qkv.data_ptr(), cos.data_ptr(), sin.data_ptr(),
                                 positions.data_ptr<int64_t>(), q.data_ptr(), ly.kc.data_ptr(), ly.vc.data_ptr(), Tn,
                                 H, Hkv, D, f ? x.data_ptr() : nullptr, x.size(1), static_cast<float>(eps),
-                                fold_q ? 1 : 0, stream()),
+                                fold_q ? 1 : 0, own ? own_k.data_ptr() : nullptr, own ? own_v.data_ptr() : nullptr,
+                                stream()),
                    "rope_qkv");
       return fold_q ? q.view({1, Hkv, Tn * (H / Hkv), D}) : q.unsqueeze(0);
     }
 #endif
-    TORCH_CHECK(!fold_q, "decoder: a folded q needs the shim's kernels");
+    TORCH_CHECK(!fold_q && !own, "decoder: a folded q or own keys need the shim's kernels");
     auto q = qkv.narrow(1, 0, H * D).view({Tn, H, D});
     auto k = qkv.narrow(1, H * D, Hkv * D).view({Tn, Hkv, D});
     auto v = qkv.narrow(1, (H + Hkv) * D, Hkv * D).view({Tn, Hkv, D});
@@ -1042,7 +1048,7 @@ struct Decoder {
   // folded by pre.
   at::Tensor attend_all(DecLayer &ly, const at::Tensor &q, const at::Tensor &positions, int64_t c,
                         int64_t bucket = 0) {
-    if (bucket > 0) return attend_cudnn(ly, q, positions, bucket);
+    if (bucket > 0) return attend_cudnn(ly, q, positions, bucket, c);
     auto Tn = q.size(1), Smax = cos.size(0);
     auto out = at::empty({Tn, H * D}, q.options());
     auto scratch = at::empty({dtk_attn_decode_scratch(Tn, H, Hkv, Smax)}, q.options().dtype(at::kFloat));
@@ -1066,7 +1072,14 @@ struct Decoder {
   // their log-sum-exp. The slots past the context are zero (see
   // clear_past): each scores exactly 0, adding e^0 to its chunk's sum and
   // nothing to its values, and the merge takes those off again. (T, H*D).
-  at::Tensor attend_cudnn(DecLayer &ly, const at::Tensor &q, const at::Tensor &positions, int64_t Sb) {
+  // With causal rows c > 0 (a fused commit), pre kept the forward's own
+  // keys out of the cache (own_k, own_v; their slots zero): cuDNN's rows
+  // all see the same keys, the context before the forward, and
+  // dtk_attn_own attends to the own keys with the mixed mask; the merge
+  // takes that as one more split and then copies the own keys into the
+  // cache.
+  at::Tensor attend_cudnn(DecLayer &ly, const at::Tensor &q, const at::Tensor &positions, int64_t Sb,
+                          int64_t c = 0) {
 #ifdef DLLM_CUDNN_ATTN
     auto G = H / Hkv, R = q.size(2), Tn = R / G, P = chunks(Sb), Sp = Sb / P;
     // Key head h's row r = token r / G, head h G + r % G; the chunks share
@@ -1081,9 +1094,25 @@ struct Decoder {
                 "attention: cuDNN's output ", o.sizes(), o.strides(), " or log-sum-exp ", lse.sizes(),
                 lse.scalar_type(), " is not as expected");
     auto out = at::empty({Tn, H * D}, q.options());
-    check_launch(dtk_attn_merge_lse(static_cast<int>(q.scalar_type()), o.data_ptr(), o.stride(0), o.stride(1),
-                                    o.stride(2), lse.data_ptr<float>(), lse.stride(0), lse.stride(1), lse.stride(2),
-                                    positions.data_ptr<int64_t>(), Sb, out.data_ptr(), Tn, H, Hkv, P, stream()),
+    int dt = static_cast<int>(q.scalar_type());
+    if (c > 0) {
+      auto own = at::empty({Hkv, R, D}, q.options());
+      auto own_lse = at::empty({Hkv, R}, q.options().dtype(at::kFloat));
+      check_launch(dtk_attn_own(dt, q.data_ptr(), own_k.data_ptr(), own_v.data_ptr(), own.data_ptr(),
+                                own_lse.data_ptr<float>(), Tn, H, Hkv, own_pos.data_ptr<int64_t>(), c,
+                                static_cast<float>(attn_scale()), stream()),
+                   "attn_own");
+      check_launch(dtk_attn_merge_lse_own(dt, o.data_ptr(), o.stride(0), o.stride(1), o.stride(2),
+                                          lse.data_ptr<float>(), lse.stride(0), lse.stride(1), lse.stride(2),
+                                          positions.data_ptr<int64_t>(), Sb, out.data_ptr(), Tn, H, Hkv, P,
+                                          own.data_ptr(), own_lse.data_ptr<float>(), ly.kc.data_ptr(),
+                                          ly.vc.data_ptr(), own_k.data_ptr(), own_v.data_ptr(), stream()),
+                   "attn_merge_lse");
+      return out;
+    }
+    check_launch(dtk_attn_merge_lse(dt, o.data_ptr(), o.stride(0), o.stride(1), o.stride(2), lse.data_ptr<float>(),
+                                    lse.stride(0), lse.stride(1), lse.stride(2), positions.data_ptr<int64_t>(), Sb,
+                                    out.data_ptr(), Tn, H, Hkv, P, stream()),
                  "attn_merge_lse");
     return out;
 #else
@@ -1240,7 +1269,8 @@ struct Decoder {
 #endif
       g->capture_begin(pool, cudaStreamCaptureModeThreadLocal);
       auto x = embed.index_select(0, c.ids);
-      for (auto &ly : layers) x = post(ly, x, attend_all(ly, pre(ly, x, c.pos, bucket > 0), c.pos, rows, bucket));
+      for (auto &ly : layers)
+        x = post(ly, x, attend_all(ly, pre(ly, x, c.pos, bucket > 0, bucket > 0 && rows > 0), c.pos, rows, bucket));
       c.hn = norm_(x, norm);
       g->capture_end();
 #ifdef DLLM_CUDNN_ATTN
@@ -1335,7 +1365,8 @@ struct Decoder {
 #endif
 
   // prepare captures the cuDNN path's graphs for block steps of T tokens
-  // (no causal rows) at every context bucket up to upto, so that no
+  // (no causal rows), and with fused_cudnn for fused commits (2 T tokens, T
+  // causal), at every context bucket up to upto, so that no
   // generation pays for a bucket's first forwards (~80 ms: an eager
   // forward, the capture, and cuDNN planning the new shape in PyTorch's
   // cache of the calling OS thread, which Go does not keep; ~50 ms here,
@@ -1349,14 +1380,22 @@ struct Decoder {
       // One eager forward of the length, as capture wants (cuBLAS's
       // workspace on the side stream); its keys and values at [0, T) are
       // overwritten by the next sequence.
-      clear_past(Tn, 0, Tn);
+      // With fused_cudnn also a fused commit's: 2 T tokens, T causal.
+      bool fused = fused_cudnn && 2 * Tn <= graphs && 2 * Tn <= own_k.size(0);
+      clear_past(fused ? 2 * Tn : Tn, fused ? Tn : 0, fused ? 2 * Tn : Tn);
       eager(at::zeros({Tn}, embed.options().dtype(at::kLong)), 0, 0);
+      if (fused) eager(at::zeros({2 * Tn}, embed.options().dtype(at::kLong)), 0, Tn);
       // (A bucket whose capture finds no cuDNN kernel turns the path off.)
       for (int64_t Sb = cudnn_ceil(cudnn_from + 1); Sb - kCudnnGrain < upto && cudnn; Sb += kCudnnGrain) {
         auto end = std::min(Sb, upto);
-        if (captured.count(capture_key(Tn, 0, end))) continue;
-        capture(Tn, 0, true, end);
-        n++;
+        if (!captured.count(capture_key(Tn, 0, end))) {
+          capture(Tn, 0, true, end);
+          n++;
+        }
+        if (fused && cudnn && !captured.count(capture_key(2 * Tn, Tn, end))) {
+          capture(2 * Tn, Tn, true, end);
+          n++;
+        }
       }
     });
     if (std::getenv("DLLM_CAPTURE_LOG"))
@@ -1382,12 +1421,14 @@ struct Decoder {
   // for forwards ending at end attends over, the slots past end zero:
   // cudnn_ceil(end), so that a graph serves 2048 contexts; or 0 where the
   // shim's attention runs: one-token forwards, forwards whose first rows
-  // attend causally (a fused commit), and contexts up to cudnn_from. A new
+  // attend causally (a fused commit) without fused_cudnn or past 64
+  // tokens, and contexts up to cudnn_from. A new
   // bucket costs ~80 ms where a generation first reaches it (an eager
   // forward, the capture, and cuDNN planning the new shape in PyTorch's
   // cache of the calling OS thread), ~50 ms ahead of use (prepare).
   int64_t cudnn_bucket(int64_t Tn, int64_t causal, int64_t end) const {
-    if (!cudnn || Tn < 2 || causal_rows(Tn, causal) > 0 || end <= cudnn_from) return 0;
+    if (!cudnn || Tn < 2 || end <= cudnn_from) return 0;
+    if (causal_rows(Tn, causal) > 0 && !(fused_cudnn && Tn <= own_k.size(0))) return 0;
     int64_t Sb = cudnn_ceil(end);
     return Sb <= layers[0].kc.size(0) ? Sb : 0;
   }
@@ -1533,6 +1574,15 @@ dt_err dt_decoder_new(dt_tensor embed, dt_tensor norm, dt_tensor head, const dt_
     // DLLM_FILL_NODES=0 keeps cuDNN's memset nodes in the graphs (to measure).
     const char *fn = std::getenv("DLLM_FILL_NODES");
     d->fill_nodes = !(fn && std::string(fn) == "0");
+    // DLLM_FUSED_CUDNN=0 keeps forwards with causal rows (a fused commit)
+    // on the shim's attention (to measure).
+    const char *fc = std::getenv("DLLM_FUSED_CUDNN");
+    d->fused_cudnn = d->cudnn && !(fc && std::string(fc) == "0");
+    if (d->fused_cudnn) {
+      d->own_k = at::zeros({64, d->Hkv, d->D}, d->embed.options());
+      d->own_v = at::zeros({64, d->Hkv, d->D}, d->embed.options());
+      d->own_pos = at::arange(64, d->embed.options().dtype(at::kLong));
+    }
 #endif
     // DLLM_WHOLE_GRAPH=0 keeps per-layer graphs for every forward (to measure).
     const char *wg = std::getenv("DLLM_WHOLE_GRAPH");

@@ -220,10 +220,13 @@ template <typename T> __device__ inline float inv_rms(const T *x, int C, float e
 // x itself, not of its RMSNorm (the norm's weight is folded into the
 // projection's columns, see dtk_rope_qkv), so each value is first scaled by
 // x_t's inverse RMS and rounded, which is what the projection of the
-// normalised row gives up to rounding.
+// normalised row gives up to rounding. With ks (and vs): token t's key
+// and value go to row t of those (T, Hkv, D) instead, and their cache rows
+// are zeroed (the decoder's cuDNN path for a fused commit).
 template <typename T, bool NORM>
 __global__ void rope_qkv_kernel(const T *qkv, const T *cos, const T *sin, const int64_t *pos, T *q, T *kc, T *vc,
-                                int64_t H, int64_t Hkv, int64_t D, const T *x, int C, float eps, bool fold) {
+                                int64_t H, int64_t Hkv, int64_t D, const T *x, int C, float eps, bool fold, T *ks,
+                                T *vs) {
   const int64_t t = blockIdx.x, half = D / 2, i = threadIdx.x % half;
   const int64_t h = int64_t(blockIdx.y) * (blockDim.x / half) + threadIdx.x / half;
   // The positions (written when the forward starts, several kernels back:
@@ -238,12 +241,17 @@ __global__ void rope_qkv_kernel(const T *qkv, const T *cos, const T *sin, const 
   const T *src = qkv + (t * (H + 2 * Hkv) + h) * D;
   auto in = [&](int64_t j) { return NORM ? round<T>(f32(src[j]) * r) : f32(src[j]); };
   int64_t p = pos[t];
+  // A key or value head's cache row, and where the head goes.
+  const int64_t kv = h >= H + Hkv ? h - H - Hkv : h - H;
+  T *cache = h < H ? nullptr : (h >= H + Hkv ? vc : kc) + (p * Hkv + kv) * D;
+  T *side = h < H ? nullptr : h >= H + Hkv ? vs : ks;
   if (h >= H + Hkv) { // a value head: copied as is
     dep_wait();
     dep_launch();
-    T *dst = vc + (p * Hkv + (h - H - Hkv)) * D;
+    T *dst = side ? side + (t * Hkv + kv) * D : cache;
     dst[i] = cast<T>(in(i));
     dst[i + half] = cast<T>(in(i + half));
+    if (side) cache[i] = cache[i + half] = cast<T>(0.0f);
     return;
   }
   const T *c = cos + p * D, *s = sin + p * D;
@@ -252,11 +260,12 @@ __global__ void rope_qkv_kernel(const T *qkv, const T *cos, const T *sin, const 
   dep_launch();
   // Folded: key head h / G's row t G + h % G, as the cuDNN path reads q.
   const int64_t G = H / Hkv, qrow = fold ? (h / G * gridDim.x + t) * G + h % G : t * H + h;
-  T *dst = h < H ? q + qrow * D : kc + (p * Hkv + (h - H)) * D;
+  T *dst = h < H ? q + qrow * D : side ? side + (t * Hkv + kv) * D : cache;
   float x1 = in(i), x2 = in(i + half);
   // x*cos + rotate_half(x)*sin with rotate_half(x) = (-x2, x1).
   dst[i] = cast<T>(round<T>(x1 * c1) + round<T>(-x2 * s1));
   dst[i + half] = cast<T>(round<T>(x2 * c2) + round<T>(x1 * s2));
+  if (h >= H && side) cache[i] = cache[i + half] = cast<T>(0.0f);
 }
 
 // silu_mul_vec_kernel is silu_mul_kernel 16 bytes at a time (F % 8 == 0).
@@ -464,14 +473,14 @@ template <typename T> int rms_norm(const void *x, const void *w, void *out, int6
 
 template <typename T>
 int rope_qkv(const void *qkv, const void *cos, const void *sin, const int64_t *pos, void *q, void *kc, void *vc,
-             int64_t Tn, int64_t H, int64_t Hkv, int64_t D, const void *x, int64_t C, float eps, bool fold,
-             cudaStream_t s) {
+             int64_t Tn, int64_t H, int64_t Hkv, int64_t D, const void *x, int64_t C, float eps, bool fold, void *ks,
+             void *vs, cudaStream_t s) {
   if (!x) {
     dim3 grid(Tn, H + 2 * Hkv);
     return launch(rope_qkv_kernel<T, false>, grid, static_cast<unsigned>(D / 2), 0, s, static_cast<const T *>(qkv),
                   static_cast<const T *>(cos), static_cast<const T *>(sin), pos, static_cast<T *>(q),
                   static_cast<T *>(kc), static_cast<T *>(vc), H, Hkv, D, static_cast<const T *>(nullptr), 0, eps,
-                  fold);
+                  fold, static_cast<T *>(ks), static_cast<T *>(vs));
   }
   // Several heads a block, so that fewer blocks each read x's row.
   int64_t hb = D / 2 >= 256 ? 1 : 256 / (D / 2), heads = H + 2 * Hkv;
@@ -479,7 +488,7 @@ int rope_qkv(const void *qkv, const void *cos, const void *sin, const int64_t *p
   return launch(rope_qkv_kernel<T, true>, grid, static_cast<unsigned>(hb * (D / 2)), 0, s,
                 static_cast<const T *>(qkv), static_cast<const T *>(cos), static_cast<const T *>(sin), pos,
                 static_cast<T *>(q), static_cast<T *>(kc), static_cast<T *>(vc), H, Hkv, D,
-                static_cast<const T *>(x), static_cast<int>(C), eps, fold);
+                static_cast<const T *>(x), static_cast<int>(C), eps, fold, static_cast<T *>(ks), static_cast<T *>(vs));
 }
 
 template <typename T>
@@ -718,11 +727,14 @@ constexpr int kAD = 128, kARows = 64, kAKeys = 64, kAThreads = 128;
 // The first causal tokens see only the keys up to their own position (a
 // finished block's commit riding in the forward); the rest see them all.
 // Warps whose rows are all past R (an AR step's 8 rows) only load.
+// qfold: q and out are folded, (Hkv, R, D), as the cuDNN path keeps q;
+// then with one split and lse given, the rows' log-sum-exps (base 2) go to
+// lse (Hkv, R) too (a fused commit's own keys, merged with cuDNN's).
 template <typename T>
 __global__ void __launch_bounds__(kAThreads)
     attn_decode_kernel(const T *__restrict__ q, const T *__restrict__ kc, const T *__restrict__ vc, T *__restrict__ out,
                        int R, int G, int H, int Hkv, int S, const int64_t *__restrict__ pos, int causal,
-                       float scale_log2, float *__restrict__ part, float *__restrict__ lse) {
+                       float scale_log2, float *__restrict__ part, float *__restrict__ lse, bool qfold) {
   extern __shared__ __align__(16) unsigned char smem[];
   T *Qs = reinterpret_cast<T *>(smem); // (kARows, kAD)
   T *Ks = Qs + kARows * kAD;           // (2, kAKeys, kAD)
@@ -738,7 +750,7 @@ __global__ void __launch_bounds__(kAThreads)
   const int t0 = split * tps, t1 = min(t0 + tps, ntiles);
   auto swz = [](int r, int c) { return r * kAD + ((c ^ (r & 7)) << 3); }; // 16 chunks a row
   // qrow is the (T, H, D) row of folded row r: token r / G, head h G + r % G.
-  auto qrow = [&](int r) { return int64_t(r / G) * H + int64_t(h) * G + r % G; };
+  auto qrow = [&](int r) { return qfold ? int64_t(h) * R + r : int64_t(r / G) * H + int64_t(h) * G + r % G; };
   auto load_kv = [&](int stage, int tile) {
     for (int i = tid; i < kAKeys * 16; i += kAThreads) {
       int r = i / 16, c = i % 16, key = tile * kAKeys + r;
@@ -875,6 +887,7 @@ __global__ void __launch_bounds__(kAThreads)
 #pragma unroll
       for (int d = 0; d < kAD / 8; d++)
         *reinterpret_cast<unsigned *>(dst + 8 * d + 2 * (lane % 4)) = pack2<T>(o[d][2 * i] * inv, o[d][2 * i + 1] * inv);
+      if (lse && lane % 4 == 0) lse[int64_t(h) * R + r] = l[i] > 0 ? m[i] + log2f(l[i]) : -INFINITY;
     } else {
       int64_t pr = (int64_t(split) * Hkv + h) * R + r;
       float *dst = part + pr * kAD;
@@ -956,27 +969,43 @@ __global__ void __launch_bounds__(kAD * kMergeWays, 4) // four CTAs an SM: a 32-
 // head. pad = S - (pos[T-1] + 1) is the number of zero key and value slots
 // past the context that the splits covered (their scores are exactly 0,
 // so each added e^0 to a split's sum and nothing to its values).
+// With own (a fused commit's own keys, kept out of the caches while the
+// splits read them: see dtk_attn_merge_lse_own), one more part: own
+// (Hkv, R, kAD) with base-2 log-sum-exps own_lse (Hkv, R), and every slot
+// from pos[0] on is zero; then CTA (r < T, h) copies token r's key and
+// value of head h from ks, vs (T, Hkv, kAD) into the caches at pos[r].
 template <typename T>
 __global__ void __launch_bounds__(kAD)
     attn_merge_lse_kernel(const T *parts, int64_t ps, int64_t ph, int64_t pr, const float *lse, int64_t ls,
                           int64_t lh, int64_t lr, const int64_t *pos, int Tn, int64_t S, T *out, int G, int H,
-                          int splits) {
-  __shared__ float lw[kAD]; // splits <= kAD
-  const int r = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
+                          int splits, const T *own, const float *own_lse, T *kc, T *vc, const T *ks, const T *vs) {
+  __shared__ float lw[kAD + 1]; // splits <= kAD, and own's
+  const int r = blockIdx.x, h = blockIdx.y, d = threadIdx.x, Hkv = gridDim.y, R = Tn * G;
   dep_wait_launch(2);
   if (d < splits) lw[d] = lse[int64_t(d) * ls + int64_t(h) * lh + int64_t(r) * lr];
+  if (own && d == 0) lw[splits] = own_lse[int64_t(h) * R + r] * 0.6931471805599453f; // to natural log
   __syncthreads();
   float mx = -INFINITY;
-  for (int s = 0; s < splits; s++) mx = fmaxf(mx, lw[s]);
+  for (int s = 0; s < splits + (own ? 1 : 0); s++) mx = fmaxf(mx, lw[s]);
   float acc = 0, wsum = 0;
   for (int s = 0; s < splits; s++) {
     float w = __expf(lw[s] - mx);
     acc += w * f32(parts[int64_t(s) * ps + int64_t(h) * ph + int64_t(r) * pr + d]);
     wsum += w;
   }
-  wsum -= static_cast<float>(S - (pos[Tn - 1] + 1)) * expf(-mx);
+  if (own) {
+    float w = __expf(lw[splits] - mx);
+    acc += w * f32(own[(int64_t(h) * R + r) * kAD + d]);
+    wsum += w;
+  }
+  wsum -= static_cast<float>(S - (own ? pos[0] : pos[Tn - 1] + 1)) * expf(-mx);
   int64_t row = int64_t(r / G) * H + int64_t(h) * G + r % G;
   out[row * kAD + d] = cast<T>(acc / wsum);
+  if (own && r < Tn) {
+    const int64_t src = (int64_t(r) * Hkv + h) * kAD + d, dst = (pos[r] * Hkv + h) * kAD + d;
+    kc[dst] = ks[src];
+    vc[dst] = vs[src];
+  }
 }
 
 // attn_splits spreads the key tiles so that the grid has about
@@ -996,26 +1025,45 @@ int attn_splits(int64_t R, int64_t Hkv, int64_t S) {
   return static_cast<int>((tiles + tps - 1) / tps);
 }
 
+// attn_smem is attn_decode_kernel's dynamic shared memory, asked for once
+// (above 48 KB it must be); 0 where that failed.
+template <typename T> size_t attn_smem() {
+  constexpr size_t smem = (kARows + 4 * kAKeys) * kAD * sizeof(T);
+  static const bool ok = cudaFuncSetAttribute(attn_decode_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              static_cast<int>(smem)) == cudaSuccess;
+  return ok ? smem : 0;
+}
+
+// attn_own launches attn_decode_kernel<T> for dtk_attn_own: q folded, one
+// split, the log-sum-exps to lse.
+template <typename T>
+int attn_own(const void *q, const void *ks, const void *vs, void *out, float *lse, int64_t Tn, int64_t H,
+             int64_t Hkv, const int64_t *pos, int64_t causal, float scale, cudaStream_t st) {
+  const size_t smem = attn_smem<T>();
+  if (smem == 0) return cudaErrorInvalidValue;
+  int64_t G = H / Hkv, R = Tn * G;
+  dim3 grid(static_cast<unsigned>((R + kARows - 1) / kARows), static_cast<unsigned>(Hkv), 1);
+  return launch(attn_decode_kernel<T>, grid, kAThreads, smem, st, static_cast<const T *>(q),
+                static_cast<const T *>(ks), static_cast<const T *>(vs), static_cast<T *>(out), static_cast<int>(R),
+                static_cast<int>(G), static_cast<int>(H), static_cast<int>(Hkv), static_cast<int>(Tn), pos,
+                static_cast<int>(causal), scale * 1.4426950408889634f, static_cast<float *>(nullptr), lse, true);
+}
+
 template <typename T>
 int attn_decode(const void *q, const void *kc, const void *vc, void *out, int64_t Tn, int64_t H, int64_t Hkv,
                 int64_t S, const int64_t *pos, int64_t causal, float scale, void *scratch, cudaStream_t st) {
-  constexpr size_t smem = (kARows + 4 * kAKeys) * kAD * sizeof(T);
-  static bool attr = false; // above 48 KB dynamic shared memory must be asked for
-  if (!attr) {
-    cudaError_t e = cudaFuncSetAttribute(attn_decode_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(smem));
-    if (e != cudaSuccess) return e;
-    attr = true;
-  }
+  const size_t smem = attn_smem<T>();
+  if (smem == 0) return cudaErrorInvalidValue;
   int64_t G = H / Hkv, R = Tn * G;
   int splits = attn_splits(R, Hkv, S);
-  float *part = static_cast<float *>(scratch);
-  float *lse = part + int64_t(splits) * Hkv * R * kAD;
+  float *part = splits > 1 ? static_cast<float *>(scratch) : nullptr;
+  float *lse = splits > 1 ? part + int64_t(splits) * Hkv * R * kAD : nullptr;
   dim3 grid(static_cast<unsigned>((R + kARows - 1) / kARows), static_cast<unsigned>(Hkv), static_cast<unsigned>(splits));
   cudaError_t e = launch(attn_decode_kernel<T>, grid, kAThreads, smem, st, static_cast<const T *>(q),
                          static_cast<const T *>(kc), static_cast<const T *>(vc), static_cast<T *>(out),
                          static_cast<int>(R), static_cast<int>(G), static_cast<int>(H), static_cast<int>(Hkv),
-                         static_cast<int>(S), pos, static_cast<int>(causal), scale * 1.4426950408889634f, part, lse);
+                         static_cast<int>(S), pos, static_cast<int>(causal), scale * 1.4426950408889634f, part, lse,
+                         false);
   if (e != cudaSuccess || splits == 1) return e;
   return launch(attn_merge_kernel<T>, dim3(static_cast<unsigned>(R), static_cast<unsigned>(Hkv)),
                 dim3(kAD, kMergeWays), 0, st, part, lse, static_cast<T *>(out), static_cast<int>(R),
@@ -1996,14 +2044,16 @@ static bool x_ok(const void *x, int64_t C, int dtype) {
 
 int dtk_rope_qkv(int dtype, const void *qkv, const void *cos, const void *sin, const int64_t *pos, void *q,
                  void *kcache, void *vcache, int64_t T, int64_t H, int64_t Hkv, int64_t D, const void *x, int64_t C,
-                 float eps, int fold_q, void *stream) {
+                 float eps, int fold_q, void *kside, void *vside, void *stream) {
   auto s = static_cast<cudaStream_t>(stream);
-  if (D % 2 != 0 || D / 2 > 1024 || (x && !x_ok(x, C, dtype)) || Hkv < 1 || H % Hkv != 0)
+  if (D % 2 != 0 || D / 2 > 1024 || (x && !x_ok(x, C, dtype)) || Hkv < 1 || H % Hkv != 0 || !kside != !vside)
     return cudaErrorInvalidValue;
   if (dtype == kBF16)
-    return rope_qkv<__nv_bfloat16>(qkv, cos, sin, pos, q, kcache, vcache, T, H, Hkv, D, x, C, eps, fold_q != 0, s);
+    return rope_qkv<__nv_bfloat16>(qkv, cos, sin, pos, q, kcache, vcache, T, H, Hkv, D, x, C, eps, fold_q != 0,
+                                   kside, vside, s);
   if (dtype == kF16)
-    return rope_qkv<__half>(qkv, cos, sin, pos, q, kcache, vcache, T, H, Hkv, D, x, C, eps, fold_q != 0, s);
+    return rope_qkv<__half>(qkv, cos, sin, pos, q, kcache, vcache, T, H, Hkv, D, x, C, eps, fold_q != 0, kside,
+                            vside, s);
   return cudaErrorInvalidValue;
 }
 
@@ -2085,21 +2135,47 @@ int dtk_attn_decode_pos(int dtype, const void *q, const void *kc, const void *vc
 int dtk_attn_merge_lse(int dtype, const void *parts, int64_t ps, int64_t ph, int64_t pr, const float *lse,
                        int64_t ls, int64_t lh, int64_t lr, const int64_t *pos, int64_t S, void *out, int64_t T,
                        int64_t H, int64_t Hkv, int64_t splits, void *stream) {
+  return dtk_attn_merge_lse_own(dtype, parts, ps, ph, pr, lse, ls, lh, lr, pos, S, out, T, H, Hkv, splits, nullptr,
+                                nullptr, nullptr, nullptr, nullptr, nullptr, stream);
+}
+
+int dtk_attn_merge_lse_own(int dtype, const void *parts, int64_t ps, int64_t ph, int64_t pr, const float *lse,
+                           int64_t ls, int64_t lh, int64_t lr, const int64_t *pos, int64_t S, void *out, int64_t T,
+                           int64_t H, int64_t Hkv, int64_t splits, const void *own, const float *own_lse, void *kc,
+                           void *vc, const void *ks, const void *vs, void *stream) {
   early_launch_init(static_cast<cudaStream_t>(stream));
   auto st = static_cast<cudaStream_t>(stream);
   if (!parts || !lse || !pos || !out || T < 1 || Hkv < 1 || H % Hkv != 0 || splits < 1 || splits > kAD ||
-      T * (H / Hkv) > 2147483647)
+      T * (H / Hkv) > 2147483647 || (own && (!own_lse || !kc || !vc || !ks || !vs)))
     return cudaErrorInvalidValue;
   const int G = static_cast<int>(H / Hkv), R = static_cast<int>(T) * G;
   dim3 grid(static_cast<unsigned>(R), static_cast<unsigned>(Hkv));
-  if (dtype == kBF16)
-    return launch(attn_merge_lse_kernel<__nv_bfloat16>, grid, kAD, 0, st, static_cast<const __nv_bfloat16 *>(parts),
-                  ps, ph, pr, lse, ls, lh, lr, pos, static_cast<int>(T), S, static_cast<__nv_bfloat16 *>(out), G,
-                  static_cast<int>(H), static_cast<int>(splits));
-  if (dtype == kF16)
-    return launch(attn_merge_lse_kernel<__half>, grid, kAD, 0, st, static_cast<const __half *>(parts), ps, ph, pr,
-                  lse, ls, lh, lr, pos, static_cast<int>(T), S, static_cast<__half *>(out), G, static_cast<int>(H),
-                  static_cast<int>(splits));
+  if (dtype == kBF16) {
+    using B = __nv_bfloat16;
+    return launch(attn_merge_lse_kernel<B>, grid, kAD, 0, st, static_cast<const B *>(parts), ps, ph, pr, lse, ls, lh,
+                  lr, pos, static_cast<int>(T), S, static_cast<B *>(out), G, static_cast<int>(H),
+                  static_cast<int>(splits), static_cast<const B *>(own), own_lse, static_cast<B *>(kc),
+                  static_cast<B *>(vc), static_cast<const B *>(ks), static_cast<const B *>(vs));
+  }
+  if (dtype == kF16) {
+    using F = __half;
+    return launch(attn_merge_lse_kernel<F>, grid, kAD, 0, st, static_cast<const F *>(parts), ps, ph, pr, lse, ls, lh,
+                  lr, pos, static_cast<int>(T), S, static_cast<F *>(out), G, static_cast<int>(H),
+                  static_cast<int>(splits), static_cast<const F *>(own), own_lse, static_cast<F *>(kc),
+                  static_cast<F *>(vc), static_cast<const F *>(ks), static_cast<const F *>(vs));
+  }
+  return cudaErrorInvalidValue;
+}
+
+int dtk_attn_own(int dtype, const void *q, const void *ks, const void *vs, void *out, float *lse, int64_t T,
+                 int64_t H, int64_t Hkv, const int64_t *pos, int64_t causal, float scale, void *stream) {
+  auto st = static_cast<cudaStream_t>(stream);
+  auto misaligned = [](const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15) != 0; };
+  if (T < 1 || T > kAKeys || Hkv < 1 || H % Hkv != 0 || !pos || !lse || misaligned(q) || misaligned(ks) ||
+      misaligned(vs) || misaligned(out) || causal < 0 || causal > T)
+    return cudaErrorInvalidValue;
+  if (dtype == kBF16) return attn_own<__nv_bfloat16>(q, ks, vs, out, lse, T, H, Hkv, pos, causal, scale, st);
+  if (dtype == kF16) return attn_own<__half>(q, ks, vs, out, lse, T, H, Hkv, pos, causal, scale, st);
   return cudaErrorInvalidValue;
 }
 

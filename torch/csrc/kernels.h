@@ -26,9 +26,11 @@ int dtk_rms_norm(int dtype, const void *x, const void *w, void *out, int64_t row
 // RMSNorm costs no kernel of its own. x: 16-byte aligned, C % 8 == 0.
 // fold_q != 0: q is written (Hkv, T G, D) instead, G = H / Hkv, head h of
 // token t at key head h / G's row t G + h % G (the decoder's cuDNN path).
+// kside and vside (T, Hkv, D), both or neither: token t's key and value go
+// to their row t instead, and the caches' rows pos[t] are zeroed.
 int dtk_rope_qkv(int dtype, const void *qkv, const void *cos, const void *sin, const int64_t *pos, void *q,
                  void *kcache, void *vcache, int64_t T, int64_t H, int64_t Hkv, int64_t D, const void *x, int64_t C,
-                 float eps, int fold_q, void *stream);
+                 float eps, int fold_q, void *kside, void *vside, void *stream);
 
 // out (T, F) = silu(gu[:, :F]) * gu[:, F:], rounding after the SiLU as
 // at::silu followed by a product does. Given x (T, C), not null, gate and
@@ -94,6 +96,23 @@ int64_t dtk_attn_decode_scratch(int64_t T, int64_t H, int64_t Hkv, int64_t S);
 int dtk_attn_merge_lse(int dtype, const void *parts, int64_t ps, int64_t ph, int64_t pr, const float *lse,
                        int64_t ls, int64_t lh, int64_t lr, const int64_t *pos, int64_t S, void *out, int64_t T,
                        int64_t H, int64_t Hkv, int64_t splits, void *stream);
+// dtk_attn_merge_lse for a forward whose own T keys and values were kept
+// out of the caches while the splits read them (dtk_rope_qkv with side
+// rows: the caches' rows from pos[0] on are all zero then) and attended
+// apart (dtk_attn_own): own (Hkv, R, 128) and its base-2 log-sum-exps
+// own_lse (Hkv, R) merge as one more split, and the own keys and values
+// ks, vs (T, Hkv, 128) are then copied into the caches kc, vc at pos.
+int dtk_attn_merge_lse_own(int dtype, const void *parts, int64_t ps, int64_t ph, int64_t pr, const float *lse,
+                           int64_t ls, int64_t lh, int64_t lr, const int64_t *pos, int64_t S, void *out, int64_t T,
+                           int64_t H, int64_t Hkv, int64_t splits, const void *own, const float *own_lse, void *kc,
+                           void *vc, const void *ks, const void *vs, void *stream);
+// dtk_attn_own is attention of the folded q (Hkv, T G, 128) of T <= 64
+// tokens over their own keys and values ks, vs (T, Hkv, 128), the first
+// causal tokens causally (token t sees own keys [0, t]), the rest all:
+// out (Hkv, T G, 128), folded as q, and each row's base-2 log-sum-exp of
+// its scaled scores in lse (Hkv, T G). pos: the T positions 0, 1, ...
+int dtk_attn_own(int dtype, const void *q, const void *ks, const void *vs, void *out, float *lse, int64_t T,
+                 int64_t H, int64_t Hkv, const int64_t *pos, int64_t causal, float scale, void *stream);
 
 // dtk_attn_decode with the number of keys read on the device: pos (T) are
 // the rows' consecutive positions and the keys seen are [0, pos[T-1] + 1),
