@@ -9,7 +9,8 @@ the tracing itself lengthens by ~0.4 ms) and shorter ones, those charged to
 the kernel that ends them (its "idle us" a call). Then the forwards (runs
 of kernels between gaps of 20 us or more) by their kernel count, which
 tells a block step from a fused commit: each kind's GPU span (first
-start to last end, median) and how many ran. Then, for each pair of
+start to last end, median) and how many ran, and for each kind what each
+kernel adds to its span. Then, for each pair of
 kernels that follow one another often, when the second starts (its first
 CTA) after the first starts and before it ends (medians): where a kernel
 that launches early (PDL) only starts once the one before drains, its
@@ -100,3 +101,27 @@ for k in sorted(spans):
     v = sorted(spans[k])
     if k >= 10:
         print(f"{k:20d} {len(v):6d} {v[len(v) // 2]:17.1f}")
+
+# Each kind of forward (kernel count) with at least 3 runs: what each kernel
+# adds to its span, per forward (the whole-run table above mixes the kinds).
+runs = defaultdict(list)
+run = []
+for row in rows + [(None, None, None)]:
+    if run and (row[0] is None or row[0] - max(e for _, e, _ in run) >= 20_000):
+        runs[len(run)].append(run)
+        run = []
+    if row[0] is None:
+        break
+    run.append(row)
+for k in sorted(runs):
+    if k < 100 or len(runs[k]) < 3:
+        continue
+    add = defaultdict(float)
+    for r in runs[k]:
+        end = r[0][0]
+        for start, e, name in r:
+            add[short(name)] += max(0, e - max(start, end))
+            end = max(end, e)
+    print(f"\nforward of {k} kernels ({len(runs[k])} runs): added us a forward, by kernel")
+    for n in sorted(add, key=lambda n: -add[n])[:14]:
+        print(f"  {n:50} {add[n] / len(runs[k]) / 1e3:9.1f}")

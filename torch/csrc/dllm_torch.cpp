@@ -25,6 +25,7 @@
 #include <memory>
 
 #ifdef DLLM_CUDA
+#include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
@@ -847,9 +848,11 @@ struct Decoder {
   bool cudnn = false;       // with attn: long block steps' attention through cuDNN (attend_cudnn)
   int64_t cudnn_from = 0;   // for contexts past this many keys
   int64_t cudnn_chunks = 0; // $DLLM_ATTN_CUDNN_CHUNKS (8, 16, 32 or 64) instead of chunks' choice, to measure
+  int64_t fused_chunks = 0; // $DLLM_FUSED_CHUNKS: the same for forwards with causal rows (a fused commit)
   bool fill_nodes = false;  // the cuDNN path's graphs get kernel nodes for their memset nodes (see capture)
   bool fused_cudnn = false; // the cuDNN path takes forwards with causal rows too (attend_cudnn's own keys)
   at::Tensor own_k, own_v, own_pos; // for it: a forward's own keys and values (64, Hkv, D); 0, 1, ... 63
+  bool own_fork = false;    // attend_cudnn's own-key attention on a stream of its own, beside cuDNN's call
   int64_t written = 0;      // the cache slots [written, Max) are zero (the cuDNN path reads past the context)
   at::Tensor post_bar;      // post_fused's barrier count (DTK_TMA_POST_SYNC bytes, zero at first)
   int graphs = 0;      // capture graphs for query lengths up to this
@@ -857,6 +860,10 @@ struct Decoder {
 #ifdef DLLM_CUDA
   std::map<int64_t, Captured> captured;
   c10::optional<c10::cuda::CUDAStream> side;
+#ifdef DLLM_CUDNN_ATTN
+  c10::optional<c10::cuda::CUDAStream> fork; // own_fork's stream (high priority: not side)
+  at::cuda::CUDAEvent fork_in, fork_out;
+#endif
   at::cuda::MempoolId_t pool{0, 0};
 #endif
 
@@ -1081,12 +1088,35 @@ struct Decoder {
   at::Tensor attend_cudnn(DecLayer &ly, const at::Tensor &q, const at::Tensor &positions, int64_t Sb,
                           int64_t c = 0) {
 #ifdef DLLM_CUDNN_ATTN
-    auto G = H / Hkv, R = q.size(2), Tn = R / G, P = chunks(Sb), Sp = Sb / P;
+    auto G = H / Hkv, R = q.size(2), Tn = R / G, P = c > 0 && fused_chunks > 0 ? fused_chunks : chunks(Sb), Sp = Sb / P;
     // Key head h's row r = token r / G, head h G + r % G; the chunks share
     // it through a batch stride of 0.
     auto qf = q.expand({P, Hkv, R, D});
     auto k = ly.kc.narrow(0, 0, Sb).view({P, Sp, Hkv, D}).permute({0, 2, 1, 3}); // (P, Hkv, Sp, D)
     auto v = ly.vc.narrow(0, 0, Sb).view({P, Sp, Hkv, D}).permute({0, 2, 1, 3});
+    int dt = static_cast<int>(q.scalar_type());
+    // A fused commit's own keys first: dtk_attn_own depends on RoPE alone,
+    // so with own_fork it runs on its own stream beside cuDNN's call (a
+    // fork and join in the graph) instead of after it, where it would pay
+    // a whole launch (cuDNN's kernel lets nothing launch early).
+    at::Tensor own, own_lse;
+    if (c > 0) {
+      own = at::empty({Hkv, R, D}, q.options());
+      own_lse = at::empty({Hkv, R}, q.options().dtype(at::kFloat));
+      auto cur = c10::cuda::getCurrentCUDAStream();
+      void *st = cur.stream();
+      if (own_fork) {
+        if (!fork) fork = c10::cuda::getStreamFromPool(true, cur.device_index());
+        fork_in.record(cur);
+        fork_in.block(*fork);
+        st = fork->stream();
+      }
+      check_launch(dtk_attn_own(dt, q.data_ptr(), own_k.data_ptr(), own_v.data_ptr(), own.data_ptr(),
+                                own_lse.data_ptr<float>(), Tn, H, Hkv, own_pos.data_ptr<int64_t>(), c,
+                                static_cast<float>(attn_scale()), st),
+                   "attn_own");
+      if (own_fork) fork_out.record(*fork);
+    }
     auto r = at::_scaled_dot_product_cudnn_attention(qf, k, v, c10::nullopt, true, 0.0, false, false, attn_scale());
     const auto &o = std::get<0>(r);   // (P, Hkv, R, D)
     const auto &lse = std::get<1>(r); // (P, Hkv, R[, 1]), natural log
@@ -1094,14 +1124,8 @@ struct Decoder {
                 "attention: cuDNN's output ", o.sizes(), o.strides(), " or log-sum-exp ", lse.sizes(),
                 lse.scalar_type(), " is not as expected");
     auto out = at::empty({Tn, H * D}, q.options());
-    int dt = static_cast<int>(q.scalar_type());
     if (c > 0) {
-      auto own = at::empty({Hkv, R, D}, q.options());
-      auto own_lse = at::empty({Hkv, R}, q.options().dtype(at::kFloat));
-      check_launch(dtk_attn_own(dt, q.data_ptr(), own_k.data_ptr(), own_v.data_ptr(), own.data_ptr(),
-                                own_lse.data_ptr<float>(), Tn, H, Hkv, own_pos.data_ptr<int64_t>(), c,
-                                static_cast<float>(attn_scale()), stream()),
-                   "attn_own");
+      if (own_fork) fork_out.block(c10::cuda::getCurrentCUDAStream());
       check_launch(dtk_attn_merge_lse_own(dt, o.data_ptr(), o.stride(0), o.stride(1), o.stride(2),
                                           lse.data_ptr<float>(), lse.stride(0), lse.stride(1), lse.stride(2),
                                           positions.data_ptr<int64_t>(), Sb, out.data_ptr(), Tn, H, Hkv, P,
@@ -1571,6 +1595,10 @@ dt_err dt_decoder_new(dt_tensor embed, dt_tensor norm, dt_tensor head, const dt_
     d->cudnn_chunks = ch && *ch ? std::atoll(ch) : 0;
     TORCH_CHECK(d->cudnn_chunks == 0 || (d->cudnn_chunks >= 8 && d->cudnn_chunks <= 64 && 64 % d->cudnn_chunks == 0),
                 "decoder: DLLM_ATTN_CUDNN_CHUNKS must be 8, 16, 32 or 64, not ", ch);
+    const char *fch = std::getenv("DLLM_FUSED_CHUNKS");
+    d->fused_chunks = fch && *fch ? std::atoll(fch) : 0;
+    TORCH_CHECK(d->fused_chunks == 0 || (d->fused_chunks >= 8 && d->fused_chunks <= 64 && 64 % d->fused_chunks == 0),
+                "decoder: DLLM_FUSED_CHUNKS must be 8, 16, 32 or 64, not ", fch);
     // DLLM_FILL_NODES=0 keeps cuDNN's memset nodes in the graphs (to measure).
     const char *fn = std::getenv("DLLM_FILL_NODES");
     d->fill_nodes = !(fn && std::string(fn) == "0");
@@ -1583,6 +1611,10 @@ dt_err dt_decoder_new(dt_tensor embed, dt_tensor norm, dt_tensor head, const dt_
       d->own_v = at::zeros({64, d->Hkv, d->D}, d->embed.options());
       d->own_pos = at::arange(64, d->embed.options().dtype(at::kLong));
     }
+    // DLLM_OWN_FORK=0 runs a fused commit's own-key attention after
+    // cuDNN's call on one stream (to measure).
+    const char *of = std::getenv("DLLM_OWN_FORK");
+    d->own_fork = d->fused_cudnn && !(of && std::string(of) == "0");
 #endif
     // DLLM_WHOLE_GRAPH=0 keeps per-layer graphs for every forward (to measure).
     const char *wg = std::getenv("DLLM_WHOLE_GRAPH");
