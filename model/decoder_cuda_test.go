@@ -103,19 +103,22 @@ func checkDecoder(t *testing.T, cfg *Config, dev torch.Device, dt torch.DType, m
 	}
 	defer d.Free()
 	if prepare {
-		// Past 64 keys up to 2048: one bucket, for block steps and (unless
+		// Past 64 keys up to 2048: a graph per bucket (the shim cuts
+		// buckets by cuDNN's tiles: 4 here with the default cut, 1 with
+		// DLLM_CUDNN_TILES=0), for block steps and (unless
 		// $DLLM_FUSED_CUDNN is 0) fused commits.
 		n, err := d.Prepare(block, 2048)
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := 2
+		kinds := 2
 		if os.Getenv("DLLM_FUSED_CUDNN") == "0" {
-			want = 1
+			kinds = 1
 		}
-		if n != want || d.Graphs() != want {
-			t.Fatalf("Prepare captured %d graphs (decoder: %d), want %d", n, d.Graphs(), want)
+		if n < kinds || d.Graphs() != n {
+			t.Fatalf("Prepare captured %d graphs (decoder: %d), want %d or more", n, d.Graphs(), kinds)
 		}
+		t.Logf("Prepare captured %d graphs", n)
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	ids := func(n int) []int64 {

@@ -25,6 +25,7 @@
 #include <memory>
 
 #ifdef DLLM_CUDA
+#include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -830,6 +831,14 @@ struct Captured {
 };
 #endif
 
+// Bucket is a cut of the KV cache for the cuDNN path (Decoder::cudnn_bucket):
+// its first P Sp slots as P chunks of Sp; P = 0 for none.
+struct Bucket {
+  int64_t P = 0, Sp = 0;
+  int64_t slots() const { return P * Sp; }
+  int64_t key() const { return (P << 24) + Sp; } // Sp < 2^24, P < 2^7
+};
+
 struct Decoder {
   // Keys from which attend folds grouped query heads into rows (measured on
   // an H200: 0.9 ms per step less at 32k, even at 8k, 0.2 ms more at 1k).
@@ -848,7 +857,8 @@ struct Decoder {
   bool cudnn = false;       // with attn: long block steps' attention through cuDNN (attend_cudnn)
   int64_t cudnn_from = 0;   // for contexts past this many keys
   int64_t cudnn_chunks = 0; // $DLLM_ATTN_CUDNN_CHUNKS (8, 16, 32 or 64) instead of chunks' choice, to measure
-  int64_t fused_chunks = 0; // $DLLM_FUSED_CHUNKS: the same for forwards with causal rows (a fused commit)
+  bool cudnn_tiles = false; // cudnn_bucket cuts chunks of whole 128-key tiles (else 2048-slot buckets, chunks)
+  int64_t sms = 0;          // the device's SMs (cudnn_bucket's one wave)
   bool fill_nodes = false;  // the cuDNN path's graphs get kernel nodes for their memset nodes (see capture)
   bool fused_cudnn = false; // the cuDNN path takes forwards with causal rows too (attend_cudnn's own keys)
   at::Tensor own_k, own_v, own_pos; // for it: a forward's own keys and values (64, Hkv, D); 0, 1, ... 63
@@ -1051,11 +1061,10 @@ struct Decoder {
   // attend_all is attention of q (1, T, H, D) over the cache slots up to
   // the last row's position, which kernels.cu reads on the device: the
   // first c rows causally (as attend), the others seeing every key; (T, H*D).
-  // With bucket > 0 it runs attend_cudnn over that many slots instead, q
-  // folded by pre.
+  // With a bucket it runs attend_cudnn over it instead, q folded by pre.
   at::Tensor attend_all(DecLayer &ly, const at::Tensor &q, const at::Tensor &positions, int64_t c,
-                        int64_t bucket = 0) {
-    if (bucket > 0) return attend_cudnn(ly, q, positions, bucket, c);
+                        Bucket bucket = {}) {
+    if (bucket.P > 0) return attend_cudnn(ly, q, positions, bucket, c);
     auto Tn = q.size(1), Smax = cos.size(0);
     auto out = at::empty({Tn, H * D}, q.options());
     auto scratch = at::empty({dtk_attn_decode_scratch(Tn, H, Hkv, Smax)}, q.options().dtype(at::kFloat));
@@ -1071,7 +1080,7 @@ struct Decoder {
   // by pre (1, Hkv, T G, D), through
   // cuDNN's fused attention, which runs Hopper's tensor cores at ~2.5x the
   // shim's kernel's rate (docs/performance.md), split as the shim splits:
-  // the G query heads of a key head folded into rows, the first Sb cache
+  // the G query heads of a key head folded into rows, the first P Sp cache
   // slots (a bucket, see cudnn_bucket) cut into P chunks that are the batch
   // of one dense call (PyTorch caches its plan, so a CUDA graph can hold
   // it; its varlen call rebuilds the plan every call in 2.11, and an
@@ -1085,10 +1094,10 @@ struct Decoder {
   // dtk_attn_own attends to the own keys with the mixed mask; the merge
   // takes that as one more split and then copies the own keys into the
   // cache.
-  at::Tensor attend_cudnn(DecLayer &ly, const at::Tensor &q, const at::Tensor &positions, int64_t Sb,
+  at::Tensor attend_cudnn(DecLayer &ly, const at::Tensor &q, const at::Tensor &positions, Bucket b,
                           int64_t c = 0) {
 #ifdef DLLM_CUDNN_ATTN
-    auto G = H / Hkv, R = q.size(2), Tn = R / G, P = c > 0 && fused_chunks > 0 ? fused_chunks : chunks(Sb), Sp = Sb / P;
+    auto G = H / Hkv, R = q.size(2), Tn = R / G, P = b.P, Sp = b.Sp, Sb = b.slots();
     // Key head h's row r = token r / G, head h G + r % G; the chunks share
     // it through a batch stride of 0.
     auto qf = q.expand({P, Hkv, R, D});
@@ -1269,7 +1278,7 @@ struct Decoder {
 #ifdef DLLM_KERNELS
     if (all) {
       auto rows = causal_rows(Tn, causal);
-      if (cudnn_bucket(Tn, causal, end) > 0) { // cuDNN plans its call (and allocates) outside the capture
+      if (cudnn_bucket(Tn, causal, end).P > 0) { // cuDNN plans its call (and allocates) outside the capture
         try {
           auto q = at::zeros({1, Hkv, Tn * (H / Hkv), D}, embed.options());
           attend_cudnn(layers[0], q, c.pos, cudnn_bucket(Tn, causal, end));
@@ -1286,7 +1295,7 @@ struct Decoder {
       // RoPE and that kernel the memset costs ~5 us a layer (H200 trace,
       // docs/performance.md), as a kernel node ~1. So the graph is kept
       // uninstantiated until its memset nodes are kernel nodes.
-      bool fill = bucket > 0 && fill_nodes;
+      bool fill = bucket.P > 0 && fill_nodes;
       auto g = std::make_unique<at::cuda::CUDAGraph>(fill);
 #else
       auto g = std::make_unique<at::cuda::CUDAGraph>();
@@ -1294,7 +1303,8 @@ struct Decoder {
       g->capture_begin(pool, cudaStreamCaptureModeThreadLocal);
       auto x = embed.index_select(0, c.ids);
       for (auto &ly : layers)
-        x = post(ly, x, attend_all(ly, pre(ly, x, c.pos, bucket > 0, bucket > 0 && rows > 0), c.pos, rows, bucket));
+        x = post(ly, x,
+                 attend_all(ly, pre(ly, x, c.pos, bucket.P > 0, bucket.P > 0 && rows > 0), c.pos, rows, bucket));
       c.hn = norm_(x, norm);
       g->capture_end();
 #ifdef DLLM_CUDNN_ATTN
@@ -1399,7 +1409,7 @@ struct Decoder {
     int64_t n = 0;
 #if defined(DLLM_CUDA) && defined(DLLM_KERNELS)
     upto = std::min(upto, cos.size(0));
-    if (graphs < Tn || !whole || cudnn_bucket(Tn, 0, upto) == 0) return 0;
+    if (graphs < Tn || !whole || cudnn_bucket(Tn, 0, upto).P == 0) return 0;
     double ms = on_side([&] {
       // One eager forward of the length, as capture wants (cuBLAS's
       // workspace on the side stream); its keys and values at [0, T) are
@@ -1409,9 +1419,13 @@ struct Decoder {
       clear_past(fused ? 2 * Tn : Tn, fused ? Tn : 0, fused ? 2 * Tn : Tn);
       eager(at::zeros({Tn}, embed.options().dtype(at::kLong)), 0, 0);
       if (fused) eager(at::zeros({2 * Tn}, embed.options().dtype(at::kLong)), 0, Tn);
+      // Every bucket's last context is a multiple of kCudnnTile (or upto).
       // (A bucket whose capture finds no cuDNN kernel turns the path off.)
-      for (int64_t Sb = cudnn_ceil(cudnn_from + 1); Sb - kCudnnGrain < upto && cudnn; Sb += kCudnnGrain) {
-        auto end = std::min(Sb, upto);
+      std::vector<int64_t> ends;
+      for (int64_t e = cudnn_from + 1; e < upto; e = (e / kCudnnTile + 1) * kCudnnTile) ends.push_back(e);
+      ends.push_back(upto);
+      for (auto end : ends) {
+        if (!cudnn) break;
         if (!captured.count(capture_key(Tn, 0, end))) {
           capture(Tn, 0, true, end);
           n++;
@@ -1438,32 +1452,55 @@ struct Decoder {
   // The cuDNN path's forwards have a graph per context bucket too.
   int64_t capture_key(int64_t Tn, int64_t causal, int64_t end) const {
     if (!whole) return Tn;
-    return -(cudnn_bucket(Tn, causal, end) * (int64_t(1) << 32) + Tn * (int64_t(1) << 20) + causal_rows(Tn, causal));
+    return -(cudnn_bucket(Tn, causal, end).key() * (int64_t(1) << 32) + Tn * (int64_t(1) << 20) +
+             causal_rows(Tn, causal));
   }
 
-  // cudnn_bucket is the cache slots [0, Sb) that the cuDNN path's graph
-  // for forwards ending at end attends over, the slots past end zero:
-  // cudnn_ceil(end), so that a graph serves 2048 contexts; or 0 where the
-  // shim's attention runs: one-token forwards, forwards whose first rows
-  // attend causally (a fused commit) without fused_cudnn or past 64
-  // tokens, and contexts up to cudnn_from. A new
-  // bucket costs ~80 ms where a generation first reaches it (an eager
-  // forward, the capture, and cuDNN planning the new shape in PyTorch's
-  // cache of the calling OS thread), ~50 ms ahead of use (prepare).
-  int64_t cudnn_bucket(int64_t Tn, int64_t causal, int64_t end) const {
-    if (!cudnn || Tn < 2 || end <= cudnn_from) return 0;
-    if (causal_rows(Tn, causal) > 0 && !(fused_cudnn && Tn <= own_k.size(0))) return 0;
-    int64_t Sb = cudnn_ceil(end);
-    return Sb <= layers[0].kc.size(0) ? Sb : 0;
+  // cudnn_bucket is the cuDNN path's cut of the cache for forwards of T
+  // tokens ending at end (its graph serves every end that gives the same
+  // cut), the slots past end zero; none (P = 0) where the shim's
+  // attention runs: one-token forwards, forwards whose first rows attend
+  // causally (a fused commit) without fused_cudnn or past 64 tokens, and
+  // contexts up to cudnn_from. A new bucket costs ~80 ms where a
+  // generation first reaches it (an eager forward, the capture, and cuDNN
+  // planning the new shape in PyTorch's cache of the calling OS thread),
+  // ~50 ms ahead of use (prepare).
+  Bucket cudnn_bucket(int64_t Tn, int64_t causal, int64_t end) const {
+    if (!cudnn || Tn < 2 || end <= cudnn_from) return {};
+    if (causal_rows(Tn, causal) > 0 && !(fused_cudnn && Tn <= own_k.size(0))) return {};
+    auto b = cut(Tn, end);
+    return b.slots() <= layers[0].kc.size(0) ? b : Bucket{};
   }
 
-  // The cuDNN path cuts a bucket of Sb slots into chunks(Sb) chunks: its
-  // time follows a chunk's keys (~7 us a 512), and 32 chunks of a 256-row
-  // block fill the H200 in one wave (40 ran 10 us slower), but up to 8k
-  // keys 16 chunks gain more in the merge and cuDNN's fixed costs than
-  // the half-empty wave loses (0.05 ms a forward at 1-4k; 8 and 64 lost
-  // everywhere, docs/performance.md). Buckets are kCudnnGrain slots.
-  static constexpr int64_t kCudnnGrain = 2048;
+  // cut is cudnn_bucket's cut. cuDNN's kernel (9.19, Hopper) gives each
+  // chunk's 128 rows of a key head a CTA, one an SM, which walks its keys
+  // 128 at a time; a part tile costs more than a whole one (64 keys 8.0
+  // us, 128 7.7; 320 11.3, 384 10.8: scripts/gpu_cudnn_tiles_probe.py).
+  // So chunks are whole tiles, as few a chunk as one wave of CTAs allows
+  // (33 chunks of a 32-token block's 256 rows, 16 of a fused commit's
+  // 512, on 132 SMs), and on one tile as few chunks as cover the end, in
+  // steps of 4 (fewer CTAs and fewer splits to merge). Past one tile a
+  // bucket is kCudnnTile x most contexts wide. Without cudnn_tiles:
+  // 2048-slot buckets cut into chunks(Sb).
+  Bucket cut(int64_t Tn, int64_t end) const {
+    Bucket b;
+    if (!cudnn_tiles) {
+      int64_t Sb = cudnn_ceil(end);
+      b.P = chunks(Sb);
+      b.Sp = Sb / b.P;
+      return b;
+    }
+    int64_t rows = Tn * (H / Hkv), most = std::max<int64_t>(1, sms / (Hkv * ((rows + kCudnnTile - 1) / kCudnnTile)));
+    int64_t t = (end + most * kCudnnTile - 1) / (most * kCudnnTile);
+    b.Sp = t * kCudnnTile;
+    b.P = t > 1 ? most : std::min(most, (end + 4 * kCudnnTile - 1) / (4 * kCudnnTile) * 4);
+    return b;
+  }
+
+  // Without cudnn_tiles the cuDNN path cuts a bucket of Sb slots into
+  // chunks(Sb) chunks (DLLM_CUDNN_TILES=0, to measure): 16 up to 8k keys,
+  // else 32 (docs/performance.md). Such buckets are kCudnnGrain slots.
+  static constexpr int64_t kCudnnGrain = 2048, kCudnnTile = 128;
   int64_t chunks(int64_t Sb) const { return cudnn_chunks > 0 ? cudnn_chunks : Sb <= 8192 ? 16 : 32; }
   static int64_t cudnn_ceil(int64_t n) { return (n + kCudnnGrain - 1) / kCudnnGrain * kCudnnGrain; }
 
@@ -1485,7 +1522,7 @@ struct Decoder {
   // previous sequence) is zeroed first. A sequence's block steps end ever
   // later, so this runs about once a sequence.
   void clear_past(int64_t Tn, int64_t causal, int64_t end) {
-    if (written > end && cudnn_bucket(Tn, causal, end) > 0) {
+    if (written > end && cudnn_bucket(Tn, causal, end).P > 0) {
       for (auto &ly : layers) {
         ly.kc.narrow(0, end, written - end).zero_();
         ly.vc.narrow(0, end, written - end).zero_();
@@ -1586,19 +1623,22 @@ dt_err dt_decoder_new(dt_tensor embed, dt_tensor norm, dt_tensor head, const dt_
     // DLLM_ATTN_CUDNN: block steps over contexts past this many keys
     // attend through cuDNN (default 1024, from where it gained; 0 never,
     // to measure). The path reads whole buckets, so the caches reach the
-    // last bucket's end (at most 2047 more slots, zero).
+    // last bucket's end (zero past the context).
     const char *cu = std::getenv("DLLM_ATTN_CUDNN");
     d->cudnn_from = cu && *cu ? std::atoll(cu) : 1024;
     d->cudnn = d->attn && at::globalContext().userEnabledCuDNN() && d->cudnn_from > 0;
-    if (d->cudnn && max > d->cudnn_from) slots = Decoder::cudnn_ceil(max);
+    // DLLM_CUDNN_TILES=0 keeps 2048-slot buckets (to measure).
+    const char *tl = std::getenv("DLLM_CUDNN_TILES");
+    d->cudnn_tiles = !(tl && std::string(tl) == "0");
+    if (d->cudnn) d->sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+    // A bucket's slots grow with its end, and with fewer CTAs a chunk
+    // (more rows): the largest is that of the most rows at max.
+    if (d->cudnn && max > d->cudnn_from)
+      for (int64_t Tn = 2; Tn <= std::max(graphs, 64); Tn++) slots = std::max(slots, d->cut(Tn, max).slots());
     const char *ch = std::getenv("DLLM_ATTN_CUDNN_CHUNKS");
     d->cudnn_chunks = ch && *ch ? std::atoll(ch) : 0;
     TORCH_CHECK(d->cudnn_chunks == 0 || (d->cudnn_chunks >= 8 && d->cudnn_chunks <= 64 && 64 % d->cudnn_chunks == 0),
                 "decoder: DLLM_ATTN_CUDNN_CHUNKS must be 8, 16, 32 or 64, not ", ch);
-    const char *fch = std::getenv("DLLM_FUSED_CHUNKS");
-    d->fused_chunks = fch && *fch ? std::atoll(fch) : 0;
-    TORCH_CHECK(d->fused_chunks == 0 || (d->fused_chunks >= 8 && d->fused_chunks <= 64 && 64 % d->fused_chunks == 0),
-                "decoder: DLLM_FUSED_CHUNKS must be 8, 16, 32 or 64, not ", fch);
     // DLLM_FILL_NODES=0 keeps cuDNN's memset nodes in the graphs (to measure).
     const char *fn = std::getenv("DLLM_FILL_NODES");
     d->fill_nodes = !(fn && std::string(fn) == "0");
