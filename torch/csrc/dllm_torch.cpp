@@ -860,6 +860,7 @@ struct Decoder {
   bool cudnn_tiles = false; // cudnn_bucket cuts chunks of whole 128-key tiles (else 2048-slot buckets, chunks)
   int64_t sms = 0;          // the device's SMs (cudnn_bucket's one wave)
   bool fill_nodes = false;  // the cuDNN path's graphs get kernel nodes for their memset nodes (see capture)
+  bool fill_lift = false;   // those kernel nodes run beside RoPE, not after it (see capture)
   bool fused_cudnn = false; // the cuDNN path takes forwards with causal rows too (attend_cudnn's own keys)
   at::Tensor own_k, own_v, own_pos; // for it: a forward's own keys and values (64, Hkv, D); 0, 1, ... 63
   bool own_fork = false;    // attend_cudnn's own-key attention on a stream of its own, beside cuDNN's call
@@ -982,7 +983,7 @@ struct Decoder {
   // With own (kernels only) the keys and values go to own_k, own_v instead
   // and their cache rows are zeroed, for attend_cudnn with causal rows.
   at::Tensor pre(DecLayer &ly, const at::Tensor &x, const at::Tensor &positions, bool fold_q = false,
-                 bool own = false) {
+                 bool own = false, at::Tensor *keep = nullptr) {
     auto Tn = x.size(0);
     bool f = folds(x);
     auto qkv = ly.bqkv.defined() ? at::linear(norm_(x, ly.n1), ly.wqkv, ly.bqkv)
@@ -990,6 +991,7 @@ struct Decoder {
                                  : lin_in(x, ly.wqkv, kInNorm, ly.n1); // (T, (H+2Hkv)D)
 #ifdef DLLM_KERNELS
     if (kernels) {
+      if (keep) *keep = qkv;
       auto q = at::empty({Tn, H, D}, x.options());
       check_launch(dtk_rope_qkv(static_cast<int>(x.scalar_type()), qkv.data_ptr(), cos.data_ptr(), sin.data_ptr(),
                                 positions.data_ptr<int64_t>(), q.data_ptr(), ly.kc.data_ptr(), ly.vc.data_ptr(), Tn,
@@ -1294,7 +1296,13 @@ struct Decoder {
       // cuDNN's call is a memset and its kernel; as a graph node between
       // RoPE and that kernel the memset costs ~5 us a layer (H200 trace,
       // docs/performance.md), as a kernel node ~1. So the graph is kept
-      // uninstantiated until its memset nodes are kernel nodes.
+      // uninstantiated until its memset nodes are kernel nodes; with
+      // fill_lift those depend on the QKV projection instead of RoPE, and
+      // run beside RoPE. That is safe because what the memset zeroes is
+      // memory the caching allocator handed cuDNN's call, which is none
+      // that RoPE reads or writes: its outputs are alive then, and so is
+      // its input, the QKV output, which the loop below holds until then;
+      // everything older is done once the QKV projection is.
       bool fill = bucket.P > 0 && fill_nodes;
       auto g = std::make_unique<at::cuda::CUDAGraph>(fill);
 #else
@@ -1302,15 +1310,17 @@ struct Decoder {
 #endif
       g->capture_begin(pool, cudaStreamCaptureModeThreadLocal);
       auto x = embed.index_select(0, c.ids);
-      for (auto &ly : layers)
-        x = post(ly, x,
-                 attend_all(ly, pre(ly, x, c.pos, bucket.P > 0, bucket.P > 0 && rows > 0), c.pos, rows, bucket));
+      for (auto &ly : layers) {
+        at::Tensor qkv; // held through cuDNN's call (see fill_lift above)
+        auto q = pre(ly, x, c.pos, bucket.P > 0, bucket.P > 0 && rows > 0, &qkv);
+        x = post(ly, x, attend_all(ly, q, c.pos, rows, bucket));
+      }
       c.hn = norm_(x, norm);
       g->capture_end();
 #ifdef DLLM_CUDNN_ATTN
       if (fill) {
         int n = 0;
-        check_launch(dtk_graph_fill_memsets(g->raw_cuda_graph(), &n), "graph memset nodes");
+        check_launch(dtk_graph_fill_memsets(g->raw_cuda_graph(), fill_lift ? 1 : 0, &n), "graph memset nodes");
         g->instantiate();
         if (std::getenv("DLLM_CAPTURE_LOG"))
           std::fprintf(stderr, "dllm: %d memset nodes of the graph for %lld tokens at %lld made kernel nodes\n", n,
@@ -1642,6 +1652,9 @@ dt_err dt_decoder_new(dt_tensor embed, dt_tensor norm, dt_tensor head, const dt_
     // DLLM_FILL_NODES=0 keeps cuDNN's memset nodes in the graphs (to measure).
     const char *fn = std::getenv("DLLM_FILL_NODES");
     d->fill_nodes = !(fn && std::string(fn) == "0");
+    // DLLM_FILL_LIFT=0 keeps those kernel nodes after RoPE (to measure).
+    const char *fl = std::getenv("DLLM_FILL_LIFT");
+    d->fill_lift = !(fl && std::string(fl) == "0");
     // DLLM_FUSED_CUDNN=0 keeps forwards with causal rows (a fused commit)
     // on the shim's attention (to measure).
     const char *fc = std::getenv("DLLM_FUSED_CUDNN");

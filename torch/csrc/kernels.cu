@@ -2191,7 +2191,17 @@ void dtk_tune(int pdl, int splits_cap, int ctas_per_sm, int min_tiles) {
   if (min_tiles > 0) g_min_tiles = min_tiles;
 }
 
-int dtk_graph_fill_memsets(void *graph, int *replaced) {
+// is_rope says whether f is one of rope_qkv_kernel's instances.
+static bool is_rope(const void *f) {
+  for (const void *r : {reinterpret_cast<const void *>(rope_qkv_kernel<__nv_bfloat16, false>),
+                        reinterpret_cast<const void *>(rope_qkv_kernel<__nv_bfloat16, true>),
+                        reinterpret_cast<const void *>(rope_qkv_kernel<__half, false>),
+                        reinterpret_cast<const void *>(rope_qkv_kernel<__half, true>)})
+    if (f == r) return true;
+  return false;
+}
+
+int dtk_graph_fill_memsets(void *graph, int lift, int *replaced) {
   auto g = static_cast<cudaGraph_t>(graph);
   *replaced = 0;
   size_t n = 0;
@@ -2217,9 +2227,26 @@ int dtk_graph_fill_memsets(void *graph, int *replaced) {
     size_t pitch = height > 1 ? p.pitch : row_bytes;
     int vec = (reinterpret_cast<uintptr_t>(dst) | pitch | row_bytes) % 16 == 0;
     size_t units = row_bytes / (vec ? 16 : 1) * height;
-    // 2. A kernel node on the memset's incoming edges, then its outgoing
-    //    edges, then the memset goes (default edges: the kernel reads
-    //    nothing, so nothing may start it early).
+    // 2. A kernel node on the memset's incoming edges (lifted: on theirs,
+    //    and those nodes then precede the memset's dependents directly),
+    //    then its outgoing edges, then the memset goes (default edges: the
+    //    kernel reads nothing, so nothing may start it early).
+    std::vector<cudaGraphNode_t> from;
+    bool up = lift != 0;
+    if (up) // only after RoPE, the case the decoder knows safe
+      for (auto i : in) {
+        cudaKernelNodeParams rp = {};
+        cudaGraphNodeType it;
+        if (cudaGraphNodeGetType(i, &it) != cudaSuccess || it != cudaGraphNodeTypeKernel ||
+            cudaGraphKernelNodeGetParams(i, &rp) != cudaSuccess || !is_rope(rp.func))
+          up = false;
+      }
+    for (auto i : in) {
+      std::vector<cudaGraphNode_t> src{i};
+      if (up && (e = graph_neighbours(i, true, src)) != cudaSuccess) return e;
+      for (auto u : src)
+        if (std::find(from.begin(), from.end(), u) == from.end()) from.push_back(u);
+    }
     void *args[] = {&dst, &pitch, &row_bytes, &height, &word, &vec};
     cudaKernelNodeParams kp = {};
     kp.func = reinterpret_cast<void *>(fill_kernel);
@@ -2227,8 +2254,16 @@ int dtk_graph_fill_memsets(void *graph, int *replaced) {
     kp.gridDim = dim3(static_cast<unsigned>(std::min<size_t>((units + 255) / 256, 1024)));
     kp.kernelParams = args;
     cudaGraphNode_t k;
-    if ((e = cudaGraphAddKernelNode(&k, g, in.data(), in.size(), &kp)) != cudaSuccess) return e;
+    if ((e = cudaGraphAddKernelNode(&k, g, from.data(), from.size(), &kp)) != cudaSuccess) return e;
     for (auto o : out) {
+      for (auto i : up ? in : std::vector<cudaGraphNode_t>{}) {
+#if CUDART_VERSION >= 13000
+        e = cudaGraphAddDependencies(g, &i, &o, nullptr, 1);
+#else
+        e = cudaGraphAddDependencies(g, &i, &o, 1);
+#endif
+        if (e != cudaSuccess) return e;
+      }
 #if CUDART_VERSION >= 13000
       e = cudaGraphAddDependencies(g, &k, &o, nullptr, 1);
 #else

@@ -141,8 +141,11 @@ int dtk_set_ids(int64_t *ids, int64_t *pos, const int64_t *host_ids, int64_t n, 
 // instantiated) with a kernel node that writes the same bytes, on the same
 // edges; *replaced is how many. cuDNN's attention issues a small memset
 // before its kernel, and a memset node between two kernels costs the
-// step ~4 us more than a kernel there (docs/performance.md).
-int dtk_graph_fill_memsets(void *graph, int *replaced);
+// step ~4 us more than a kernel there (docs/performance.md). With lift the
+// kernel depends on what the memset's dependencies depend on instead, so
+// that it runs beside them (they then precede the memset's dependents
+// directly): only where what the memset writes is no memory they use.
+int dtk_graph_fill_memsets(void *graph, int lift, int *replaced);
 
 // dtk_tma_linear is out (M, N) = resid + x (M, K) w (N, K)^T (resid may be
 // out, or NULL for none) through the Hopper GEMM for 1-32 rows (TMA copies,
