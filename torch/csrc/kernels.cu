@@ -974,24 +974,36 @@ __global__ void __launch_bounds__(kAD * kMergeWays, 4) // four CTAs an SM: a 32-
 // (Hkv, R, kAD) with base-2 log-sum-exps own_lse (Hkv, R), and every slot
 // from pos[0] on is zero; then CTA (r < T, h) copies token r's key and
 // value of head h from ks, vs (T, Hkv, kAD) into the caches at pos[r].
+// With blockDim.y ways, way y sums splits y, y + ways, ... and the ways
+// meet in shared memory (fewer dependent loads a thread).
 template <typename T>
-__global__ void __launch_bounds__(kAD)
+__global__ void __launch_bounds__(kAD * kMergeWays)
     attn_merge_lse_kernel(const T *parts, int64_t ps, int64_t ph, int64_t pr, const float *lse, int64_t ls,
                           int64_t lh, int64_t lr, const int64_t *pos, int Tn, int64_t S, T *out, int G, int H,
                           int splits, const T *own, const float *own_lse, T *kc, T *vc, const T *ks, const T *vs) {
   __shared__ float lw[kAD + 1]; // splits <= kAD, and own's
-  const int r = blockIdx.x, h = blockIdx.y, d = threadIdx.x, Hkv = gridDim.y, R = Tn * G;
+  __shared__ float wacc[kMergeWays][kAD], wsums[kMergeWays];
+  const int r = blockIdx.x, h = blockIdx.y, d = threadIdx.x, way = threadIdx.y, ways = blockDim.y;
+  const int Hkv = gridDim.y, R = Tn * G;
   dep_wait_launch(2);
-  if (d < splits) lw[d] = lse[int64_t(d) * ls + int64_t(h) * lh + int64_t(r) * lr];
-  if (own && d == 0) lw[splits] = own_lse[int64_t(h) * R + r] * 0.6931471805599453f; // to natural log
+  if (way == 0 && d < splits) lw[d] = lse[int64_t(d) * ls + int64_t(h) * lh + int64_t(r) * lr];
+  if (own && way == 0 && d == 0) lw[splits] = own_lse[int64_t(h) * R + r] * 0.6931471805599453f; // to natural log
   __syncthreads();
   float mx = -INFINITY;
   for (int s = 0; s < splits + (own ? 1 : 0); s++) mx = fmaxf(mx, lw[s]);
   float acc = 0, wsum = 0;
-  for (int s = 0; s < splits; s++) {
+  for (int s = way; s < splits; s += ways) {
     float w = __expf(lw[s] - mx);
     acc += w * f32(parts[int64_t(s) * ps + int64_t(h) * ph + int64_t(r) * pr + d]);
     wsum += w;
+  }
+  if (ways > 1) {
+    wacc[way][d] = acc;
+    if (d == 0) wsums[way] = wsum;
+    __syncthreads();
+    if (way != 0) return;
+    acc = 0, wsum = 0;
+    for (int k = 0; k < ways; k++) acc += wacc[k][d], wsum += wsums[k];
   }
   if (own) {
     float w = __expf(lw[splits] - mx);
@@ -2150,16 +2162,22 @@ int dtk_attn_merge_lse_own(int dtype, const void *parts, int64_t ps, int64_t ph,
     return cudaErrorInvalidValue;
   const int G = static_cast<int>(H / Hkv), R = static_cast<int>(T) * G;
   dim3 grid(static_cast<unsigned>(R), static_cast<unsigned>(Hkv));
+  // DLLM_MERGE_WAYS=1: one way (to measure).
+  static const unsigned ways = [] {
+    const char *w = std::getenv("DLLM_MERGE_WAYS");
+    return w && std::string(w) == "1" ? 1u : unsigned(kMergeWays);
+  }();
+  dim3 block(kAD, ways);
   if (dtype == kBF16) {
     using B = __nv_bfloat16;
-    return launch(attn_merge_lse_kernel<B>, grid, kAD, 0, st, static_cast<const B *>(parts), ps, ph, pr, lse, ls, lh,
+    return launch(attn_merge_lse_kernel<B>, grid, block, 0, st, static_cast<const B *>(parts), ps, ph, pr, lse, ls, lh,
                   lr, pos, static_cast<int>(T), S, static_cast<B *>(out), G, static_cast<int>(H),
                   static_cast<int>(splits), static_cast<const B *>(own), own_lse, static_cast<B *>(kc),
                   static_cast<B *>(vc), static_cast<const B *>(ks), static_cast<const B *>(vs));
   }
   if (dtype == kF16) {
     using F = __half;
-    return launch(attn_merge_lse_kernel<F>, grid, kAD, 0, st, static_cast<const F *>(parts), ps, ph, pr, lse, ls, lh,
+    return launch(attn_merge_lse_kernel<F>, grid, block, 0, st, static_cast<const F *>(parts), ps, ph, pr, lse, ls, lh,
                   lr, pos, static_cast<int>(T), S, static_cast<F *>(out), G, static_cast<int>(H),
                   static_cast<int>(splits), static_cast<const F *>(own), own_lse, static_cast<F *>(kc),
                   static_cast<F *>(vc), static_cast<const F *>(ks), static_cast<const F *>(vs));
