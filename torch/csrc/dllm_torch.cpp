@@ -12,6 +12,7 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -1490,8 +1491,9 @@ struct Decoder {
   // (33 chunks of a 32-token block's 256 rows, 16 of a fused commit's
   // 512, on 132 SMs), and on one tile as few chunks as cover the end, in
   // steps of 4 (fewer CTAs and fewer splits to merge). Past one tile a
-  // bucket is kCudnnTile x most contexts wide. Without cudnn_tiles:
-  // 2048-slot buckets cut into chunks(Sb).
+  // bucket is kCudnnTile x most contexts wide. At most 64 chunks, as the
+  // merge takes at most 128 splits and Bucket::key 127. Without
+  // cudnn_tiles: 2048-slot buckets cut into chunks(Sb).
   Bucket cut(int64_t Tn, int64_t end) const {
     Bucket b;
     if (!cudnn_tiles) {
@@ -1500,7 +1502,8 @@ struct Decoder {
       b.Sp = Sb / b.P;
       return b;
     }
-    int64_t rows = Tn * (H / Hkv), most = std::max<int64_t>(1, sms / (Hkv * ((rows + kCudnnTile - 1) / kCudnnTile)));
+    int64_t rows = Tn * (H / Hkv);
+    int64_t most = std::clamp<int64_t>(sms / (Hkv * ((rows + kCudnnTile - 1) / kCudnnTile)), 1, 64);
     int64_t t = (end + most * kCudnnTile - 1) / (most * kCudnnTile);
     b.Sp = t * kCudnnTile;
     b.P = t > 1 ? most : std::min(most, (end + 4 * kCudnnTile - 1) / (4 * kCudnnTile) * 4);
@@ -1641,8 +1644,8 @@ dt_err dt_decoder_new(dt_tensor embed, dt_tensor norm, dt_tensor head, const dt_
     const char *tl = std::getenv("DLLM_CUDNN_TILES");
     d->cudnn_tiles = !(tl && std::string(tl) == "0");
     if (d->cudnn) d->sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-    // A bucket's slots grow with its end, and with fewer CTAs a chunk
-    // (more rows): the largest is that of the most rows at max.
+    // A bucket's slots grow with its end: the caches reach the largest
+    // cut at max of any forward length the graphs take.
     if (d->cudnn && max > d->cudnn_from)
       for (int64_t Tn = 2; Tn <= std::max(graphs, 64); Tn++) slots = std::max(slots, d->cut(Tn, max).slots());
     const char *ch = std::getenv("DLLM_ATTN_CUDNN_CHUNKS");
