@@ -717,6 +717,25 @@ int sm_count() {
 
 constexpr int kAD = 128, kARows = 64, kAKeys = 64, kAThreads = 128;
 
+// DLLM_ATTN_TRACE (scripts/attn_phase_probe.cu only): thread 0 of each CTA
+// writes %globaltimer at the kernel's steps to g_attn_trace, (CTA,
+// kAttnTraceMarks) in grid order: where a call's time goes.
+#ifdef DLLM_ATTN_TRACE
+__device__ unsigned long long *g_attn_trace;
+constexpr int kAttnTraceMarks = 5;
+#define ATTN_MARK(i)                                                                                             \
+  do {                                                                                                           \
+    if (g_attn_trace && threadIdx.x == 0) {                                                                      \
+      unsigned long long t_;                                                                                     \
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));                                                    \
+      g_attn_trace[((size_t(blockIdx.z) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x) * kAttnTraceMarks + \
+                   (i)] = t_;                                                                                    \
+    }                                                                                                            \
+  } while (0)
+#else
+#define ATTN_MARK(i)
+#endif
+
 // Grid (row blocks of kARows, Hkv, splits); warp w owns rows [16 w, 16 w + 16)
 // of its block. part (splits, Hkv, R, D) and lse (splits, Hkv, R) float32
 // take the unmerged results when splits > 1; else out directly. With pos
@@ -735,6 +754,7 @@ __global__ void __launch_bounds__(kAThreads)
     attn_decode_kernel(const T *__restrict__ q, const T *__restrict__ kc, const T *__restrict__ vc, T *__restrict__ out,
                        int R, int G, int H, int Hkv, int S, const int64_t *__restrict__ pos, int causal,
                        float scale_log2, float *__restrict__ part, float *__restrict__ lse, bool qfold) {
+  ATTN_MARK(0);
   extern __shared__ __align__(16) unsigned char smem[];
   T *Qs = reinterpret_cast<T *>(smem); // (kARows, kAD)
   T *Ks = Qs + kARows * kAD;           // (2, kAKeys, kAD)
@@ -769,6 +789,7 @@ __global__ void __launch_bounds__(kAThreads)
   const bool early = t0 < t1 && (t0 + 2) * kAKeys <= first;
   if (early) load_kv(0, t0);
   dep_wait();
+  ATTN_MARK(1);
   dep_launch();
   for (int i = tid; i < kARows * 16; i += kAThreads) {
     int r = i / 16, c = i % 16, gr = rb * kARows + r;
@@ -798,6 +819,7 @@ __global__ void __launch_bounds__(kAThreads)
       continue;
     }
     if (it == t0) {
+      ATTN_MARK(2);
 #pragma unroll
       for (int kk = 0; kk < kAD / 16; kk++)
         ldsm_x4(smem_u32(Qs + swz(warp * 16 + lane % 16, 2 * kk + lane / 16)), qf[kk]);
@@ -870,6 +892,7 @@ __global__ void __launch_bounds__(kAThreads)
     __syncthreads(); // the next iteration's load reuses this stage
   }
   cp_wait<0>();
+  ATTN_MARK(3);
 
   // 5. Row sums over the quad; normalise; write out or the split's part.
 #pragma unroll
@@ -897,6 +920,7 @@ __global__ void __launch_bounds__(kAThreads)
       if (lane % 4 == 0) lse[pr] = l[i] > 0 ? m[i] + log2f(l[i]) : -INFINITY;
     }
   }
+  ATTN_MARK(4);
 }
 
 // Grid (R, Hkv), (kAD, kMergeWays) threads: out row = sum_s w_s part_s /
