@@ -1106,6 +1106,18 @@ int attn_decode(const void *q, const void *kc, const void *vc, void *out, int64_
                 static_cast<int>(G), static_cast<int>(H), static_cast<int>(Hkv), splits, static_cast<int>(S), pos);
 }
 
+// merge_lse launches attn_merge_lse_kernel<T> for dtk_attn_merge_lse_own.
+template <typename T>
+cudaError_t merge_lse(dim3 grid, dim3 block, cudaStream_t st, const void *parts, int64_t ps, int64_t ph, int64_t pr,
+                      const float *lse, int64_t ls, int64_t lh, int64_t lr, const int64_t *pos, int64_t Tn, int64_t S,
+                      void *out, int G, int64_t H, int64_t splits, const void *own, const float *own_lse, void *kc,
+                      void *vc, const void *ks, const void *vs) {
+  return launch(attn_merge_lse_kernel<T>, grid, block, 0, st, static_cast<const T *>(parts), ps, ph, pr, lse, ls, lh,
+                lr, pos, static_cast<int>(Tn), S, static_cast<T *>(out), G, static_cast<int>(H),
+                static_cast<int>(splits), static_cast<const T *>(own), own_lse, static_cast<T *>(kc),
+                static_cast<T *>(vc), static_cast<const T *>(ks), static_cast<const T *>(vs));
+}
+
 // fill_kernel is a memset node's work (dtk_graph_fill_memsets): height
 // rows of row_bytes bytes, pitch bytes apart, each 4-byte period of a row
 // the bytes of word; 16 bytes a store where vec says dst, pitch and
@@ -2192,20 +2204,12 @@ int dtk_attn_merge_lse_own(int dtype, const void *parts, int64_t ps, int64_t ph,
     return w && std::string(w) == "1" ? 1u : unsigned(kMergeWays);
   }();
   dim3 block(kAD, ways);
-  if (dtype == kBF16) {
-    using B = __nv_bfloat16;
-    return launch(attn_merge_lse_kernel<B>, grid, block, 0, st, static_cast<const B *>(parts), ps, ph, pr, lse, ls, lh,
-                  lr, pos, static_cast<int>(T), S, static_cast<B *>(out), G, static_cast<int>(H),
-                  static_cast<int>(splits), static_cast<const B *>(own), own_lse, static_cast<B *>(kc),
-                  static_cast<B *>(vc), static_cast<const B *>(ks), static_cast<const B *>(vs));
-  }
-  if (dtype == kF16) {
-    using F = __half;
-    return launch(attn_merge_lse_kernel<F>, grid, block, 0, st, static_cast<const F *>(parts), ps, ph, pr, lse, ls, lh,
-                  lr, pos, static_cast<int>(T), S, static_cast<F *>(out), G, static_cast<int>(H),
-                  static_cast<int>(splits), static_cast<const F *>(own), own_lse, static_cast<F *>(kc),
-                  static_cast<F *>(vc), static_cast<const F *>(ks), static_cast<const F *>(vs));
-  }
+  if (dtype == kBF16)
+    return merge_lse<__nv_bfloat16>(grid, block, st, parts, ps, ph, pr, lse, ls, lh, lr, pos, T, S, out, G, H, splits,
+                                    own, own_lse, kc, vc, ks, vs);
+  if (dtype == kF16)
+    return merge_lse<__half>(grid, block, st, parts, ps, ph, pr, lse, ls, lh, lr, pos, T, S, out, G, H, splits, own,
+                             own_lse, kc, vc, ks, vs);
   return cudaErrorInvalidValue;
 }
 
