@@ -1070,6 +1070,18 @@ template <typename T> size_t attn_smem() {
   return ok ? smem : 0;
 }
 
+// attn_launch launches attn_decode_kernel<T> over grid with the casts its
+// arguments need (scale in nats, as the callers take it).
+template <typename T>
+cudaError_t attn_launch(dim3 grid, size_t smem, cudaStream_t st, const void *q, const void *kc, const void *vc,
+                        void *out, int64_t R, int64_t G, int64_t H, int64_t Hkv, int64_t S, const int64_t *pos,
+                        int64_t causal, float scale, float *part, float *lse, bool qfold) {
+  return launch(attn_decode_kernel<T>, grid, kAThreads, smem, st, static_cast<const T *>(q),
+                static_cast<const T *>(kc), static_cast<const T *>(vc), static_cast<T *>(out), static_cast<int>(R),
+                static_cast<int>(G), static_cast<int>(H), static_cast<int>(Hkv), static_cast<int>(S), pos,
+                static_cast<int>(causal), scale * 1.4426950408889634f, part, lse, qfold);
+}
+
 // attn_own launches attn_decode_kernel<T> for dtk_attn_own: q folded, one
 // split, the log-sum-exps to lse.
 template <typename T>
@@ -1079,10 +1091,7 @@ int attn_own(const void *q, const void *ks, const void *vs, void *out, float *ls
   if (smem == 0) return cudaErrorInvalidValue;
   int64_t G = H / Hkv, R = Tn * G;
   dim3 grid(static_cast<unsigned>((R + kARows - 1) / kARows), static_cast<unsigned>(Hkv), 1);
-  return launch(attn_decode_kernel<T>, grid, kAThreads, smem, st, static_cast<const T *>(q),
-                static_cast<const T *>(ks), static_cast<const T *>(vs), static_cast<T *>(out), static_cast<int>(R),
-                static_cast<int>(G), static_cast<int>(H), static_cast<int>(Hkv), static_cast<int>(Tn), pos,
-                static_cast<int>(causal), scale * 1.4426950408889634f, static_cast<float *>(nullptr), lse, true);
+  return attn_launch<T>(grid, smem, st, q, ks, vs, out, R, G, H, Hkv, Tn, pos, causal, scale, nullptr, lse, true);
 }
 
 template <typename T>
@@ -1095,11 +1104,7 @@ int attn_decode(const void *q, const void *kc, const void *vc, void *out, int64_
   float *part = splits > 1 ? static_cast<float *>(scratch) : nullptr;
   float *lse = splits > 1 ? part + int64_t(splits) * Hkv * R * kAD : nullptr;
   dim3 grid(static_cast<unsigned>((R + kARows - 1) / kARows), static_cast<unsigned>(Hkv), static_cast<unsigned>(splits));
-  cudaError_t e = launch(attn_decode_kernel<T>, grid, kAThreads, smem, st, static_cast<const T *>(q),
-                         static_cast<const T *>(kc), static_cast<const T *>(vc), static_cast<T *>(out),
-                         static_cast<int>(R), static_cast<int>(G), static_cast<int>(H), static_cast<int>(Hkv),
-                         static_cast<int>(S), pos, static_cast<int>(causal), scale * 1.4426950408889634f, part, lse,
-                         false);
+  cudaError_t e = attn_launch<T>(grid, smem, st, q, kc, vc, out, R, G, H, Hkv, S, pos, causal, scale, part, lse, false);
   if (e != cudaSuccess || splits == 1) return e;
   return launch(attn_merge_kernel<T>, dim3(static_cast<unsigned>(R), static_cast<unsigned>(Hkv)),
                 dim3(kAD, kMergeWays), 0, st, part, lse, static_cast<T *>(out), static_cast<int>(R),
