@@ -1044,6 +1044,106 @@ __global__ void __launch_bounds__(kAD * kMergeWays)
   }
 }
 
+// attn_merge_lse_warp_kernel is attn_merge_lse_kernel with a warp a row
+// (R x Hkv of them, four a CTA) and no shared memory: lane DG w + g sums
+// dims [16 g, 16 g + 16) over splits w, w + W, ..., and the W ways meet
+// through shuffles, the CTA form's arithmetic in its order. Its CTAs fit
+// beside tpost_kernel's (one an SM with 218 KB of shared memory; the CTA
+// form's 512 threads, four an SM, fill an SM's thread slots), so that
+// kernel fetches its first weights during the merge instead of after most
+// of it: 8k k = 3 2.58 -> 2.50 ms (docs/performance.md).
+template <typename T>
+__global__ void __launch_bounds__(128)
+    attn_merge_lse_warp_kernel(const T *parts, int64_t ps, int64_t ph, int64_t pr, const float *lse, int64_t ls,
+                               int64_t lh, int64_t lr, const int64_t *pos, int Tn, int64_t S, T *out, int G, int H,
+                               int Hkv, int splits, const T *own, const float *own_lse, T *kc, T *vc, const T *ks,
+                               const T *vs) {
+  constexpr int W = kMergeWays, DG = 32 / W, E = kAD / DG, F = E / W; // E dims a lane sums, F it stores
+  const int lane = threadIdx.x % 32, way = lane / DG, g = lane % DG, R = Tn * G;
+  const int p = blockIdx.x * 4 + threadIdx.x / 32;
+  dep_wait_launch(2);
+  if (p >= R * Hkv) return;
+  const int r = p / Hkv, h = p % Hkv;
+
+  // 1. The first 32 splits' values (this way's: a block's loads go
+  // together, past the last split the last one again, weight 0), as they
+  // need no log-sum-exp to be fetched.
+  constexpr int J = 32 / W, Q = E * int(sizeof(T)) / 16;
+  uint4 buf[J][Q];
+  auto load = [&](int k) {
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+      const int s = min(32 * k + W * j + way, splits - 1);
+      const uint4 *src =
+          reinterpret_cast<const uint4 *>(parts + int64_t(s) * ps + int64_t(h) * ph + int64_t(r) * pr + E * g);
+#pragma unroll
+      for (int q = 0; q < Q; q++) buf[j][q] = src[q];
+    }
+  };
+  load(0);
+
+  // 2. The splits' log-sum-exps (lane l holds splits l, l + 32, ...), own's, their maximum.
+  float lw[kAD / 32], mx = -INFINITY;
+#pragma unroll
+  for (int k = 0; k < kAD / 32; k++) {
+    const int s = 32 * k + lane;
+    lw[k] = s < splits ? lse[int64_t(s) * ls + int64_t(h) * lh + int64_t(r) * lr] : -INFINITY;
+    mx = fmaxf(mx, lw[k]);
+  }
+  const float lo = own ? own_lse[int64_t(h) * R + r] * 0.6931471805599453f : -INFINITY; // to natural log
+  mx = fmaxf(mx, lo);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, o));
+
+  // 3. This way's splits in order, a block of 32 at a time.
+  float acc[E] = {}, wsum = 0;
+#pragma unroll
+  for (int k = 0; k < kAD / 32; k++) {
+    if (k > 0) {
+      if (32 * k >= splits) break;
+      load(k);
+    }
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+      const float l = __shfl_sync(0xffffffff, lw[k], W * j + way);
+      if (32 * k + W * j + way >= splits) continue;
+      const float w = __expf(l - mx);
+      const T *v = reinterpret_cast<const T *>(buf[j]);
+#pragma unroll
+      for (int e = 0; e < E; e++) acc[e] += w * f32(v[e]);
+      wsum += w;
+    }
+  }
+
+  // 4. The ways met in order, then own's part and the padding's weight out.
+  float tot[E] = {}, ws = 0;
+#pragma unroll
+  for (int k = 0; k < W; k++) {
+#pragma unroll
+    for (int e = 0; e < E; e++) tot[e] += __shfl_sync(0xffffffff, acc[e], DG * k + g);
+    ws += __shfl_sync(0xffffffff, wsum, DG * k + g);
+  }
+  if (own) {
+    const float w = __expf(lo - mx);
+    const T *o = own + (int64_t(h) * R + r) * kAD + E * g;
+#pragma unroll
+    for (int e = 0; e < E; e++) tot[e] += w * f32(o[e]);
+    ws += w;
+  }
+  ws -= static_cast<float>(S - (own ? pos[0] : pos[Tn - 1] + 1)) * expf(-mx);
+
+  // 5. Lane (w, g) stores dims [E g + F w, + F), and copies them of own's key and value into the caches.
+  const int64_t row = int64_t(r / G) * H + int64_t(h) * G + r % G;
+  const int d0 = E * g + F * way;
+#pragma unroll
+  for (int e = 0; e < F; e++) out[row * kAD + d0 + e] = cast<T>(tot[F * way + e] / ws);
+  if (own && r < Tn) {
+    const int64_t src = (int64_t(r) * Hkv + h) * kAD + d0, dst = (pos[r] * Hkv + h) * kAD + d0;
+#pragma unroll
+    for (int e = 0; e < F; e++) kc[dst + e] = ks[src + e], vc[dst + e] = vs[src + e];
+  }
+}
+
 // attn_splits spreads the key tiles so that the grid has about
 // g_ctas_per_sm CTAs per SM (two fit at once), each with at least
 // g_min_tiles tiles, and at most g_splits_cap splits: the merge reads all
@@ -1111,12 +1211,29 @@ int attn_decode(const void *q, const void *kc, const void *vc, void *out, int64_
                 static_cast<int>(G), static_cast<int>(H), static_cast<int>(Hkv), splits, static_cast<int>(S), pos);
 }
 
-// merge_lse launches attn_merge_lse_kernel<T> for dtk_attn_merge_lse_own.
+// merge_lse launches attn_merge_lse_kernel<T> for dtk_attn_merge_lse_own,
+// or its warp form where warp is 1 or 2. Form 1 asks for an SM's whole
+// carveout as shared memory, so that an SM set up for a merge CTA still
+// takes a tpost_kernel CTA (without it, form 2, the warp form gains
+// nothing).
 template <typename T>
 cudaError_t merge_lse(dim3 grid, dim3 block, cudaStream_t st, const void *parts, int64_t ps, int64_t ph, int64_t pr,
                       const float *lse, int64_t ls, int64_t lh, int64_t lr, const int64_t *pos, int64_t Tn, int64_t S,
                       void *out, int G, int64_t H, int64_t splits, const void *own, const float *own_lse, void *kc,
-                      void *vc, const void *ks, const void *vs) {
+                      void *vc, const void *ks, const void *vs, int warp) {
+  if (warp) {
+    static const cudaError_t set =
+        warp == 1 ? cudaFuncSetAttribute(attn_merge_lse_warp_kernel<T>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                         int(cudaSharedmemCarveoutMaxShared))
+                  : cudaSuccess;
+    if (set != cudaSuccess) return set;
+    const int64_t rows = int64_t(grid.x) * grid.y;
+    return launch(attn_merge_lse_warp_kernel<T>, static_cast<unsigned>((rows + 3) / 4), 128, 0, st,
+                  static_cast<const T *>(parts), ps, ph, pr, lse, ls, lh, lr, pos, static_cast<int>(Tn), S,
+                  static_cast<T *>(out), G, static_cast<int>(H), static_cast<int>(grid.y), static_cast<int>(splits),
+                  static_cast<const T *>(own), own_lse, static_cast<T *>(kc), static_cast<T *>(vc),
+                  static_cast<const T *>(ks), static_cast<const T *>(vs));
+  }
   return launch(attn_merge_lse_kernel<T>, grid, block, 0, st, static_cast<const T *>(parts), ps, ph, pr, lse, ls, lh,
                 lr, pos, static_cast<int>(Tn), S, static_cast<T *>(out), G, static_cast<int>(H),
                 static_cast<int>(splits), static_cast<const T *>(own), own_lse, static_cast<T *>(kc),
@@ -2209,12 +2326,23 @@ int dtk_attn_merge_lse_own(int dtype, const void *parts, int64_t ps, int64_t ph,
     return w && std::string(w) == "1" ? 1u : unsigned(kMergeWays);
   }();
   dim3 block(kAD, ways);
+  // DLLM_MERGE_WARP: 0 the CTA form, 2 the warp form without its carveout
+  // (to measure); see merge_lse.
+  static const int mw = [] {
+    const char *w = std::getenv("DLLM_MERGE_WARP");
+    return w && *w ? std::atoi(w) : 1;
+  }();
+  auto a16 = [](const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
+  const int warp = mw && ways == unsigned(kMergeWays) && a16(parts) && ps % 8 == 0 && ph % 8 == 0 && pr % 8 == 0 &&
+                           (!own || a16(own))
+                       ? mw
+                       : 0;
   if (dtype == kBF16)
     return merge_lse<__nv_bfloat16>(grid, block, st, parts, ps, ph, pr, lse, ls, lh, lr, pos, T, S, out, G, H, splits,
-                                    own, own_lse, kc, vc, ks, vs);
+                                    own, own_lse, kc, vc, ks, vs, warp);
   if (dtype == kF16)
     return merge_lse<__half>(grid, block, st, parts, ps, ph, pr, lse, ls, lh, lr, pos, T, S, out, G, H, splits, own,
-                             own_lse, kc, vc, ks, vs);
+                             own_lse, kc, vc, ks, vs, warp);
   return cudaErrorInvalidValue;
 }
 
