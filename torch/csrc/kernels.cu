@@ -2327,14 +2327,20 @@ int dtk_attn_merge_lse_own(int dtype, const void *parts, int64_t ps, int64_t ph,
   }();
   dim3 block(kAD, ways);
   // DLLM_MERGE_WARP: 0 the CTA form, 2 the warp form without its carveout
-  // (to measure); see merge_lse.
+  // (to measure); see merge_lse. DLLM_MERGE_WARP_FROM=n: the warp form only
+  // past n splits (to measure: at 1k's 12 the two forms tie, the warp
+  // form's merge slowed by the fetches of the kernel beside it).
   static const int mw = [] {
     const char *w = std::getenv("DLLM_MERGE_WARP");
     return w && *w ? std::atoi(w) : 1;
   }();
+  static const int64_t from = [] {
+    const char *w = std::getenv("DLLM_MERGE_WARP_FROM");
+    return w && *w ? std::atoll(w) : 0;
+  }();
   auto a16 = [](const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
-  const int warp = mw && ways == unsigned(kMergeWays) && a16(parts) && ps % 8 == 0 && ph % 8 == 0 && pr % 8 == 0 &&
-                           (!own || a16(own))
+  const int warp = mw && splits > from && ways == unsigned(kMergeWays) && a16(parts) && ps % 8 == 0 && ph % 8 == 0 &&
+                           pr % 8 == 0 && (!own || a16(own))
                        ? mw
                        : 0;
   if (dtype == kBF16)
