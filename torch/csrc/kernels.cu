@@ -705,6 +705,9 @@ int sm_count() {
   return n;
 }
 
+// aligned16: p may be read 16 bytes at a time.
+bool aligned16(const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
 // --- decode attention ----------------------------------------------------------
 //
 // Attention of a decode forward's rows that all see the same keys (a
@@ -2132,8 +2135,6 @@ int tgemm_gu(const CUtensorMap &wm, const CUtensorMap &xm, __nv_bfloat16 *out, i
                 static_cast<int>(M), static_cast<int>(F), static_cast<int>(K), eps);
 }
 
-bool aligned16(const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
-
 // tpost launches tpost_kernel<ST, XR> over G CTAs, or says DTK_TMA_NO
 // where the device cannot hold them all at once (the grid barriers would
 // wait for ever).
@@ -2338,9 +2339,8 @@ int dtk_attn_merge_lse_own(int dtype, const void *parts, int64_t ps, int64_t ph,
     const char *w = std::getenv("DLLM_MERGE_WARP_FROM");
     return w && *w ? std::atoll(w) : 0;
   }();
-  auto a16 = [](const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
-  const int warp = mw && splits > from && ways == unsigned(kMergeWays) && a16(parts) && ps % 8 == 0 && ph % 8 == 0 &&
-                           pr % 8 == 0 && (!own || a16(own))
+  const int warp = mw && splits > from && ways == unsigned(kMergeWays) && aligned16(parts) && ps % 8 == 0 &&
+                           ph % 8 == 0 && pr % 8 == 0 && (!own || aligned16(own))
                        ? mw
                        : 0;
   if (dtype == kBF16)
