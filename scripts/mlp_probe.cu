@@ -84,6 +84,12 @@ int main() {
   CK(cudaMalloc(&tr, n * 8));
   CK(cudaMemset(tr, 0, n * 8));
   CK(cudaMemcpyToSymbol(g_mlp_trace, &tr, sizeof tr));
+  // DLLM_MLP_SKIP=b: kernels.cu's g_mlp_skip (leave out parts of gate-up's
+  // phase to see what bounds it; the outputs are then wrong).
+  const char *sk = std::getenv("DLLM_MLP_SKIP");
+  const int skip = sk ? std::atoi(sk) : 0;
+  CK(cudaMemcpyToSymbol(g_mlp_skip, &skip, sizeof skip));
+  if (skip) std::printf("g_mlp_skip %d (outputs wrong)\n", skip);
   CK(cudaMemset(bar, 0, DTK_TMA_POST_SYNC));
   for (int l = 0; l < 48; l++) fused(l % kCopies, y2, true);
   CK(cudaStreamSynchronize(s));

@@ -1829,8 +1829,14 @@ __device__ inline unsigned long long gtimer() {
       g_mlp_trace[(size_t(launch_no % kMlpTraceLaunches) * gridDim.x + blockIdx.x) * kMlpTraceMarks + (i)] =   \
           gtimer();                                                                                             \
   } while (0)
+// g_mlp_skip (the probe's timing experiments only; results then wrong):
+// bit 1 gate-up's products, bit 2 gate-up's y boxes, bit 4 gate-up's
+// weight boxes are left out.
+__device__ int g_mlp_skip;
+#define MLP_SKIP(bit) (g_mlp_skip & (bit))
 #else
 #define MLP_MARK(i)
+#define MLP_SKIP(bit) 0
 #endif
 
 // PostMaps: the tensor maps of tpost_kernel's operands.
@@ -1913,9 +1919,13 @@ __global__ void __launch_bounds__(160, 1)
     };
     auto gu_w = [&](int j) {
       const int c = cg + j;
-      mbar_expect(full(c), kGuBytes);
+      mbar_expect(full(c), kGuBytes - (MLP_SKIP(2) ? XR * 128 : 0) - (MLP_SKIP(4) ? 2 * kH : 0));
+      if (MLP_SKIP(4)) return;
       tma_load2d(stage(c), maps.gu, 64 * j, j0, full(c));
       tma_load2d(stage(c) + kH, maps.gu, 64 * j, F + j0, full(c));
+    };
+    auto gu_x = [&](int j) {
+      if (!MLP_SKIP(2)) tma_load2d(stage(cg + j) + kW, maps.x, 64 * j, 0, full(cg + j));
     };
     auto dn_w = [&](int i) {
       const int c = cd + i;
@@ -1937,11 +1947,11 @@ __global__ void __launch_bounds__(160, 1)
     if (has_o) asm volatile("bar.sync 3, 160;" ::: "memory");
     if (lane == 0) {
       if (has_o) proxy_fence_global();
-      for (int j = 0; j < preg; j++) tma_load2d(stage(cg + j) + kW, maps.x, 64 * j, 0, full(cg + j));
+      for (int j = 0; j < preg; j++) gu_x(j);
       for (int j = preg; j < CHg; j++) {
         wait_free(cg + j);
         gu_w(j);
-        tma_load2d(stage(cg + j) + kW, maps.x, 64 * j, 0, full(cg + j));
+        gu_x(j);
       }
       for (int i = 0; i < pred; i++) wait_free(cd + i), dn_w(i);
     }
@@ -2028,8 +2038,12 @@ __global__ void __launch_bounds__(160, 1)
     float ss[XR / 32] = {};
     for (int j = 0; j < CHg; j++) {
       const int c = cg + j;
-      mma_chunk<NG>(d, c, ST, full0, stage(c), stage(c) + kW);
-      x_squares<XR>(ss, smem + (c % ST) * kStage + kW, M);
+      if (MLP_SKIP(1)) {
+        mbar_wait(full(c), (c / ST) & 1);
+      } else {
+        mma_chunk<NG>(d, c, ST, full0, stage(c), stage(c) + kW);
+        x_squares<XR>(ss, smem + (c % ST) * kStage + kW, M);
+      }
       rel(c, j == 0);
     }
     wg_wait(d);
@@ -2328,18 +2342,12 @@ int dtk_attn_merge_lse_own(int dtype, const void *parts, int64_t ps, int64_t ph,
   }();
   dim3 block(kAD, ways);
   // DLLM_MERGE_WARP: 0 the CTA form, 2 the warp form without its carveout
-  // (to measure); see merge_lse. DLLM_MERGE_WARP_FROM=n: the warp form only
-  // past n splits (to measure: at 1k's 12 the two forms tie, the warp
-  // form's merge slowed by the fetches of the kernel beside it).
+  // (to measure); see merge_lse.
   static const int mw = [] {
     const char *w = std::getenv("DLLM_MERGE_WARP");
     return w && *w ? std::atoi(w) : 1;
   }();
-  static const int64_t from = [] {
-    const char *w = std::getenv("DLLM_MERGE_WARP_FROM");
-    return w && *w ? std::atoll(w) : 0;
-  }();
-  const int warp = mw && splits > from && ways == unsigned(kMergeWays) && aligned16(parts) && ps % 8 == 0 &&
+  const int warp = mw && ways == unsigned(kMergeWays) && aligned16(parts) && ps % 8 == 0 &&
                            ph % 8 == 0 && pr % 8 == 0 && (!own || aligned16(own))
                        ? mw
                        : 0;
