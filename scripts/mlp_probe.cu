@@ -8,7 +8,8 @@
 // against the one kernel; then it replays the one kernel 48 times in a
 // row with DLLM_MLP_TRACE's timestamps and prints, per step of the kernel,
 // when the average and the last CTA got there (us from the grid's first
-// CTA start).
+// CTA start), and thread 0's cycles a chunk in each step of gate-up's and
+// the down projection's chunk loops (g_mlp_steps).
 //
 //     NV=$(python3 -c 'import torch,os;print(os.path.dirname(os.path.dirname(torch.__file__)))')/nvidia/cu13/lib
 //     nvcc -O2 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o /tmp/mp scripts/mlp_probe.cu -L$NV \
@@ -84,6 +85,11 @@ int main() {
   CK(cudaMalloc(&tr, n * 8));
   CK(cudaMemset(tr, 0, n * 8));
   CK(cudaMemcpyToSymbol(g_mlp_trace, &tr, sizeof tr));
+  const size_t ns = size_t(kMlpTraceLaunches) * G * kMlpSteps;
+  long long *stp;
+  CK(cudaMalloc(&stp, ns * 8));
+  CK(cudaMemset(stp, 0, ns * 8));
+  CK(cudaMemcpyToSymbol(g_mlp_steps, &stp, sizeof stp));
   // DLLM_MLP_SKIP=b: kernels.cu's g_mlp_skip (leave out parts of gate-up's
   // phase to see what bounds it; the outputs are then wrong).
   const char *sk = std::getenv("DLLM_MLP_SKIP");
@@ -126,5 +132,23 @@ int main() {
   std::printf("%-34s %8s %8s   (us from the first CTA's start; %d launches)\n", "step", "average", "last", L);
   for (int i : order) std::printf("%-34s %8.2f %8.2f\n", what[i], avg[i] / L, last[i] / L);
   std::printf("%-34s %8.2f\n", "last end to next's PDL wait", gap / L);
+  // Thread 0's cycles a chunk in each step of the two chunk loops, over
+  // the same launches and every CTA.
+  std::vector<long long> hs(ns);
+  CK(cudaMemcpy(hs.data(), stp, ns * 8, cudaMemcpyDeviceToHost));
+  int khz = 0;
+  CK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
+  const char *sname[kMlpSteps] = {"gate-up: stage's wait", "gate-up: products' issue", "gate-up: sums of squares",
+                                  "gate-up: chunk before, release", "down: stage's wait", "down: products' issue",
+                                  "down: chunk before, release", "-"};
+  const int chunks[kMlpSteps] = {C / 64, C / 64, C / 64, C / 64, F / 64 / 8, F / 64 / 8, F / 64 / 8, 1};
+  std::printf("%-34s %8s %8s   (thread 0, a chunk; ns at %d MHz)\n", "step", "cycles", "ns", khz / 1000);
+  for (int i = 0; i < 7; i++) {
+    double sum = 0;
+    for (int l = 8; l < 47; l++)
+      for (int b = 0; b < G; b++) sum += double(hs[(size_t(l) * G + b) * kMlpSteps + i]);
+    const double cyc = sum / (double(L) * G * chunks[i]);
+    std::printf("%-34s %8.0f %8.1f\n", sname[i], cyc, cyc / (khz / 1e6));
+  }
   return 0;
 }

@@ -1834,10 +1834,41 @@ __device__ inline unsigned long long gtimer() {
 // weight boxes, bit 8 its sums of squares are left out.
 __device__ int g_mlp_skip;
 #define MLP_SKIP(bit) (g_mlp_skip & (bit))
+// g_mlp_steps: thread 0's clock64 cycles in each step of gate-up's chunk
+// loop (0 the stage's wait, 1 the products' issue, 2 the sums of squares,
+// 3 the wait for the chunk before and the release) and the down
+// projection's (4 wait, 5 issue, 6 release), summed over the chunks,
+// (launch, CTA, 8) as g_mlp_trace.
+__device__ long long *g_mlp_steps;
+constexpr int kMlpSteps = 8;
 #else
 #define MLP_MARK(i)
 #define MLP_SKIP(bit) 0
 #endif
+
+// StepClock is g_mlp_steps's tally (empty outside DLLM_MLP_TRACE builds).
+struct StepClock {
+#ifdef DLLM_MLP_TRACE
+  static constexpr bool on = true;
+  long long t = 0, acc[kMlpSteps] = {};
+  __device__ void start() { t = clock64(); }
+  __device__ void mark(int i) {
+    const long long n = clock64();
+    acc[i] += n - t;
+    t = n;
+  }
+  __device__ void store(unsigned launch) const {
+    if (g_mlp_steps && threadIdx.x == 0)
+      for (int i = 0; i < kMlpSteps; i++)
+        g_mlp_steps[(size_t(launch % kMlpTraceLaunches) * gridDim.x + blockIdx.x) * kMlpSteps + i] = acc[i];
+  }
+#else
+  static constexpr bool on = false;
+  __device__ void start() {}
+  __device__ void mark(int) {}
+  __device__ void store(unsigned) const {}
+#endif
+};
 
 // PostMaps: the tensor maps of tpost_kernel's operands.
 struct PostMaps {
@@ -2011,6 +2042,7 @@ __global__ void __launch_bounds__(160, 1)
     g_mlp_trace[(size_t(launch_no % kMlpTraceLaunches) * gridDim.x + blockIdx.x) * kMlpTraceMarks] = t_start;
 #endif
   MLP_MARK(1);
+  StepClock sc;
 
   // 2. The output projection: y += ao Wo^T (its parts, a barrier, the sum).
   if (has_o) {
@@ -2036,15 +2068,21 @@ __global__ void __launch_bounds__(160, 1)
   {
     float d[NG / 8][4] = {};
     float ss[XR / 32] = {};
+    sc.start();
     for (int j = 0; j < CHg; j++) {
       const int c = cg + j;
+      if (StepClock::on) mbar_wait(full(c), (c / ST) & 1);
+      sc.mark(0);
       if (MLP_SKIP(1)) {
         mbar_wait(full(c), (c / ST) & 1);
       } else {
         mma_chunk<NG>(d, c, ST, full0, stage(c), stage(c) + kW);
+        sc.mark(1);
         if (!MLP_SKIP(8)) x_squares<XR>(ss, smem + (c % ST) * kStage + kW, M);
       }
+      sc.mark(2);
       rel(c, j == 0);
+      sc.mark(3);
     }
     wg_wait(d);
     MLP_MARK(2);
@@ -2062,10 +2100,15 @@ __global__ void __launch_bounds__(160, 1)
   // 4. The down projection: y += h Wd^T (its parts, a barrier, the sum).
   {
     float d[ND / 8][4] = {};
+    sc.start();
     for (int i = 0; i < CHd; i++) {
       const int c = cd + i;
+      if (StepClock::on) mbar_wait(full(c), (c / ST) & 1);
+      sc.mark(4);
       mma_chunk<ND>(d, c, ST, full0, stage(c), stage(c) + kW);
+      sc.mark(5);
       rel(c, i == 0);
+      sc.mark(6);
     }
     wg_wait(d);
     MLP_MARK(5);
@@ -2075,6 +2118,9 @@ __global__ void __launch_bounds__(160, 1)
   MLP_MARK(6);
   sum_into_y(kPostKS);
   MLP_MARK(7);
+#ifdef DLLM_MLP_TRACE
+  sc.store(launch_no);
+#endif
 #else
   __trap();
 #endif
