@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -1460,6 +1461,22 @@ __device__ inline void mma_chunk(float (&d)[NW / 8][4], int c, int stages, unsig
   wg_commit();
 }
 
+// mma_pair is mma_chunk for chunks c and c + 1 as one wgmma group (the
+// same k steps in the same order: the same sums), so that a loop waits for
+// a group's products half as often.
+template <int NW>
+__device__ inline void mma_pair(float (&d)[NW / 8][4], int c, int stages, unsigned full0, unsigned wb0, unsigned xb0,
+                                unsigned wb1, unsigned xb1) {
+  mbar_wait(full0 + 8 * (c % stages), (c / stages) & 1);
+  wg_fence();
+#pragma unroll
+  for (int ks = 0; ks < 4; ks++) wgmma_ss<NW>(d, sw128_desc(xb0 + 32 * ks), sw128_desc(wb0 + 32 * ks));
+  mbar_wait(full0 + 8 * ((c + 1) % stages), ((c + 1) / stages) & 1);
+#pragma unroll
+  for (int ks = 0; ks < 4; ks++) wgmma_ss<NW>(d, sw128_desc(xb1 + 32 * ks), sw128_desc(wb1 + 32 * ks));
+  wg_commit();
+}
+
 // release_prev waits for chunk c - 1's products and frees its stage: one
 // group stays in flight while the next is issued.
 __device__ inline void release_prev(int c, int stages, unsigned empty0) {
@@ -1898,7 +1915,7 @@ __device__ inline void part_store(const float (&d)[NJ][4], float *part, int M, i
 // tpost_kernel: see above. has_o: the output projection first (y += ao
 // Wo^T); h and part scratch; y the residual stream, updated in place. x's
 // boxes (ao, y, h) are XR rows: M <= XR.
-template <int ST, int XR = kTmaRows>
+template <int ST, int XR = kTmaRows, bool P2 = false>
 __global__ void __launch_bounds__(160, 1)
     tpost_kernel(const __grid_constant__ PostMaps maps, bool has_o, __nv_bfloat16 *h, float *part, __nv_bfloat16 *y,
                  unsigned long long *bar, int M, int F, int C, int Ko, float eps) {
@@ -2013,7 +2030,29 @@ __global__ void __launch_bounds__(160, 1)
   auto rel_last = [&](int c) {
     __syncwarp();
     if (lane == 0) mbar_arrive(empty0 + 8 * (c % ST));
+    if (P2 && lane == 0) mbar_arrive(empty0 + 8 * ((c - 1) % ST));
   };
+  // With P2 (chunks in pairs, c the pair's first) rel2 frees the pair
+  // before's two stages, and rel_last the last pair's.
+  auto rel2 = [&](int c, bool first) {
+    wg_wait1();
+    __syncwarp();
+    if (lane == 0 && !first) mbar_arrive(empty0 + 8 * ((c - 2) % ST)), mbar_arrive(empty0 + 8 * ((c - 1) % ST));
+  };
+  auto mma = [&](auto &d, int c) {
+    constexpr int NW = 8 * std::extent<std::remove_reference_t<decltype(d)>>::value;
+    if constexpr (P2)
+      mma_pair<NW>(d, c, ST, full0, stage(c), stage(c) + kW, stage(c + 1), stage(c + 1) + kW);
+    else
+      mma_chunk<NW>(d, c, ST, full0, stage(c), stage(c) + kW);
+  };
+  auto release = [&](int c, bool first) {
+    if (P2)
+      rel2(c, first);
+    else
+      rel(c, first);
+  };
+  constexpr int step = P2 ? 2 : 1;
   const int g = lane / 4, t = lane % 4;
   // sum_into_y: this CTA's C / G columns of every row, the KS parts summed
   // in order, then the residual, into y.
@@ -2047,9 +2086,9 @@ __global__ void __launch_bounds__(160, 1)
   // 2. The output projection: y += ao Wo^T (its parts, a barrier, the sum).
   if (has_o) {
     float d[NO / 8][4] = {};
-    for (int i = 0; i < CHo; i++) {
-      mma_chunk<NO>(d, i, ST, full0, stage(i), stage(i) + kW);
-      rel(i, i == 0);
+    for (int i = 0; i < CHo; i += step) {
+      mma(d, i);
+      release(i, i == 0);
     }
     wg_wait(d);
     rel_last(CHo - 1);
@@ -2069,19 +2108,20 @@ __global__ void __launch_bounds__(160, 1)
     float d[NG / 8][4] = {};
     float ss[XR / 32] = {};
     sc.start();
-    for (int j = 0; j < CHg; j++) {
+    for (int j = 0; j < CHg; j += step) {
       const int c = cg + j;
       if (StepClock::on) mbar_wait(full(c), (c / ST) & 1);
       sc.mark(0);
       if (MLP_SKIP(1)) {
-        mbar_wait(full(c), (c / ST) & 1);
+        mbar_wait(full(c + step - 1), ((c + step - 1) / ST) & 1);
       } else {
-        mma_chunk<NG>(d, c, ST, full0, stage(c), stage(c) + kW);
+        mma(d, c);
         sc.mark(1);
-        if (!MLP_SKIP(8)) x_squares<XR>(ss, smem + (c % ST) * kStage + kW, M);
+        if (!MLP_SKIP(8))
+          for (int u = 0; u < step; u++) x_squares<XR>(ss, smem + ((c + u) % ST) * kStage + kW, M);
       }
       sc.mark(2);
-      rel(c, j == 0);
+      release(c, j == 0);
       sc.mark(3);
     }
     wg_wait(d);
@@ -2101,13 +2141,13 @@ __global__ void __launch_bounds__(160, 1)
   {
     float d[ND / 8][4] = {};
     sc.start();
-    for (int i = 0; i < CHd; i++) {
+    for (int i = 0; i < CHd; i += step) {
       const int c = cd + i;
       if (StepClock::on) mbar_wait(full(c), (c / ST) & 1);
       sc.mark(4);
-      mma_chunk<ND>(d, c, ST, full0, stage(c), stage(c) + kW);
+      mma(d, c);
       sc.mark(5);
-      rel(c, i == 0);
+      release(c, i == 0);
       sc.mark(6);
     }
     wg_wait(d);
@@ -2198,21 +2238,21 @@ int tgemm_gu(const CUtensorMap &wm, const CUtensorMap &xm, __nv_bfloat16 *out, i
 // tpost launches tpost_kernel<ST, XR> over G CTAs, or says DTK_TMA_NO
 // where the device cannot hold them all at once (the grid barriers would
 // wait for ever).
-template <int ST, int XR = kTmaRows>
+template <int ST, int XR = kTmaRows, bool P2 = false>
 int tpost(const PostMaps &maps, bool has_o, void *h, void *part, void *y, void *bar, int G, int64_t M, int64_t F,
           int64_t C, int64_t Ko, float eps, cudaStream_t s) {
   constexpr size_t smem = tpost_smem<ST, XR>();
   static const bool ok = [&] {
     int dev = 0, sms = 0, per = 0;
-    return cudaFuncSetAttribute(tpost_kernel<ST, XR>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) ==
+    return cudaFuncSetAttribute(tpost_kernel<ST, XR, P2>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) ==
                cudaSuccess &&
            cudaGetDevice(&dev) == cudaSuccess &&
            cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
-           cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, tpost_kernel<ST, XR>, 160, smem) == cudaSuccess &&
+           cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, tpost_kernel<ST, XR, P2>, 160, smem) == cudaSuccess &&
            per >= 1 && sms >= G;
   }();
   if (!ok) return DTK_TMA_NO;
-  return launch(tpost_kernel<ST, XR>, dim3(static_cast<unsigned>(G)), 160, smem, s, maps, has_o,
+  return launch(tpost_kernel<ST, XR, P2>, dim3(static_cast<unsigned>(G)), 160, smem, s, maps, has_o,
                 static_cast<__nv_bfloat16 *>(h), static_cast<float *>(part), static_cast<__nv_bfloat16 *>(y),
                 static_cast<unsigned long long *>(bar), static_cast<int>(M), static_cast<int>(F), static_cast<int>(C),
                 static_cast<int>(Ko), eps);
@@ -2606,11 +2646,20 @@ int dtk_tma_post(int dtype, void *y, const void *ao, const void *wo, int64_t Ko,
   if (!has_o) maps.o = maps.ao = maps.x; // unread
   // A fused commit's 64 rows: 8 stages (the output projection's 8 chunks a
   // CTA, fetched at once), as 10 of 24 KB do not fit.
-  if (xr == 64)
-    return tpost<8, 64>(maps, has_o, h, part, y, sync, int(G), M, F, C, has_o ? Ko : 0, eps,
-                        static_cast<cudaStream_t>(stream));
-  return tpost<10>(maps, has_o, h, part, y, sync, int(G), M, F, C, has_o ? Ko : 0, eps,
-                   static_cast<cudaStream_t>(stream));
+  // DLLM_POST_PAIR=1: the chunks' products in pairs, one wgmma group and
+  // one wait a pair (the same sums; to measure).
+  static const bool pair = [] {
+    const char *e = std::getenv("DLLM_POST_PAIR");
+    return e && std::string(e) == "1";
+  }();
+  auto st = static_cast<cudaStream_t>(stream);
+  const int64_t ko = has_o ? Ko : 0;
+  const bool even = (ko / 64 / kPostOS) % 2 == 0 && (C / 64) % 2 == 0 && (F / 64 / kPostKS) % 2 == 0;
+  if (pair && even)
+    return xr == 64 ? tpost<8, 64, true>(maps, has_o, h, part, y, sync, int(G), M, F, C, ko, eps, st)
+                    : tpost<10, kTmaRows, true>(maps, has_o, h, part, y, sync, int(G), M, F, C, ko, eps, st);
+  if (xr == 64) return tpost<8, 64>(maps, has_o, h, part, y, sync, int(G), M, F, C, ko, eps, st);
+  return tpost<10>(maps, has_o, h, part, y, sync, int(G), M, F, C, ko, eps, st);
 #else
   return DTK_TMA_NO;
 #endif
