@@ -2021,23 +2021,18 @@ __global__ void __launch_bounds__(160, 1)
   // The multipliers. rel frees chunk c - 1's stage once chunk c's products
   // are issued (one group stays in flight), except at a phase's first
   // chunk: each phase frees its last chunk's stage once its products are
-  // done.
+  // done. With P2 (chunks in pairs, c the pair's first) both free the
+  // stages of a pair.
   auto rel = [&](int c, bool first) {
     wg_wait1();
     __syncwarp();
     if (lane == 0 && !first) mbar_arrive(empty0 + 8 * ((c - 1) % ST));
+    if (P2 && lane == 0 && !first) mbar_arrive(empty0 + 8 * ((c - 2) % ST));
   };
   auto rel_last = [&](int c) {
     __syncwarp();
     if (lane == 0) mbar_arrive(empty0 + 8 * (c % ST));
     if (P2 && lane == 0) mbar_arrive(empty0 + 8 * ((c - 1) % ST));
-  };
-  // With P2 (chunks in pairs, c the pair's first) rel2 frees the pair
-  // before's two stages, and rel_last the last pair's.
-  auto rel2 = [&](int c, bool first) {
-    wg_wait1();
-    __syncwarp();
-    if (lane == 0 && !first) mbar_arrive(empty0 + 8 * ((c - 2) % ST)), mbar_arrive(empty0 + 8 * ((c - 1) % ST));
   };
   auto mma = [&](auto &d, int c) {
     constexpr int NW = 8 * std::extent<std::remove_reference_t<decltype(d)>>::value;
@@ -2045,12 +2040,6 @@ __global__ void __launch_bounds__(160, 1)
       mma_pair<NW>(d, c, ST, full0, stage(c), stage(c) + kW, stage(c + 1), stage(c + 1) + kW);
     else
       mma_chunk<NW>(d, c, ST, full0, stage(c), stage(c) + kW);
-  };
-  auto release = [&](int c, bool first) {
-    if (P2)
-      rel2(c, first);
-    else
-      rel(c, first);
   };
   constexpr int step = P2 ? 2 : 1;
   const int g = lane / 4, t = lane % 4;
@@ -2088,7 +2077,7 @@ __global__ void __launch_bounds__(160, 1)
     float d[NO / 8][4] = {};
     for (int i = 0; i < CHo; i += step) {
       mma(d, i);
-      release(i, i == 0);
+      rel(i, i == 0);
     }
     wg_wait(d);
     rel_last(CHo - 1);
@@ -2121,7 +2110,7 @@ __global__ void __launch_bounds__(160, 1)
           for (int u = 0; u < step; u++) x_squares<XR>(ss, smem + ((c + u) % ST) * kStage + kW, M);
       }
       sc.mark(2);
-      release(c, j == 0);
+      rel(c, j == 0);
       sc.mark(3);
     }
     wg_wait(d);
@@ -2147,7 +2136,7 @@ __global__ void __launch_bounds__(160, 1)
       sc.mark(4);
       mma(d, c);
       sc.mark(5);
-      release(c, i == 0);
+      rel(c, i == 0);
       sc.mark(6);
     }
     wg_wait(d);
