@@ -19,7 +19,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 namespace {
@@ -1461,22 +1460,6 @@ __device__ inline void mma_chunk(float (&d)[NW / 8][4], int c, int stages, unsig
   wg_commit();
 }
 
-// mma_pair is mma_chunk for chunks c and c + 1 as one wgmma group (the
-// same k steps in the same order: the same sums), so that a loop waits for
-// a group's products half as often.
-template <int NW>
-__device__ inline void mma_pair(float (&d)[NW / 8][4], int c, int stages, unsigned full0, unsigned wb0, unsigned xb0,
-                                unsigned wb1, unsigned xb1) {
-  mbar_wait(full0 + 8 * (c % stages), (c / stages) & 1);
-  wg_fence();
-#pragma unroll
-  for (int ks = 0; ks < 4; ks++) wgmma_ss<NW>(d, sw128_desc(xb0 + 32 * ks), sw128_desc(wb0 + 32 * ks));
-  mbar_wait(full0 + 8 * ((c + 1) % stages), ((c + 1) / stages) & 1);
-#pragma unroll
-  for (int ks = 0; ks < 4; ks++) wgmma_ss<NW>(d, sw128_desc(xb1 + 32 * ks), sw128_desc(wb1 + 32 * ks));
-  wg_commit();
-}
-
 // release_prev waits for chunk c - 1's products and frees its stage: one
 // group stays in flight while the next is issued.
 __device__ inline void release_prev(int c, int stages, unsigned empty0) {
@@ -1827,6 +1810,7 @@ __device__ inline void grid_sync(unsigned long long *bar, unsigned n) {
 // 64) at kPostW; gate-up's two (48, 64) boxes take 96 of the 128 rows,
 // the output projection's one 64.
 constexpr int kPostND = 128, kPostKS = 8, kPostOS = 4, kPostW = kPostND * 128;
+constexpr int kSspMax = 128; // tpost_kernel's SSP: G at most
 __host__ __device__ constexpr int post_stage(int XR) { return kPostW + XR * 128; }
 
 // DLLM_MLP_TRACE (scripts/mlp_probe.cu only): thread 0 writes
@@ -1914,11 +1898,17 @@ __device__ inline void part_store(const float (&d)[NJ][4], float *part, int M, i
 
 // tpost_kernel: see above. has_o: the output projection first (y += ao
 // Wo^T); h and part scratch; y the residual stream, updated in place. x's
-// boxes (ao, y, h) are XR rows: M <= XR.
-template <int ST, int XR = kTmaRows, bool P2 = false>
+// boxes (ao, y, h) are XR rows: M <= XR. SSP (with has_o; G <= kSspMax,
+// M dividing G): gate-up's RMSNorm takes x's sums of squares from the
+// output projection's sum (each CTA's share of one row into ssp) instead
+// of from the chunks it multiplies (x_squares: ~150 of a chunk's ~430 ns
+// in the multiplying warps' loop, scripts/mlp_probe.cu); the sums then
+// come in another order, so h may differ from tgemm_gu_kernel's in a last
+// bit.
+template <int ST, int XR = kTmaRows, bool SSP = false>
 __global__ void __launch_bounds__(160, 1)
-    tpost_kernel(const __grid_constant__ PostMaps maps, bool has_o, __nv_bfloat16 *h, float *part, __nv_bfloat16 *y,
-                 unsigned long long *bar, int M, int F, int C, int Ko, float eps) {
+    tpost_kernel(const __grid_constant__ PostMaps maps, bool has_o, __nv_bfloat16 *h, float *part, float *ssp,
+                 __nv_bfloat16 *y, unsigned long long *bar, int M, int F, int C, int Ko, float eps) {
 #ifdef DLLM_TMA_DEVICE
   using T = __nv_bfloat16;
   constexpr int NH = 48, NG = 2 * NH, NO = 64, ND = kPostND, kH = NH * 128, kW = kPostW, RS = NG + 8;
@@ -1933,6 +1923,7 @@ __global__ void __launch_bounds__(160, 1)
   float *red = reinterpret_cast<float *>(smem + ST * kStage + kOver); // (XR, RS)
   float *rinv = red + XR * RS;
   uint64_t *bars = reinterpret_cast<uint64_t *>(rinv + XR);
+  float *sspv = reinterpret_cast<float *>(bars + 2 * ST); // SSP: G shares
   const unsigned full0 = smem_u32(bars), empty0 = smem_u32(bars + ST);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, G = gridDim.x, b = blockIdx.x;
   // The phases' chunks are numbered on through the ring: the output
@@ -2021,47 +2012,58 @@ __global__ void __launch_bounds__(160, 1)
   // The multipliers. rel frees chunk c - 1's stage once chunk c's products
   // are issued (one group stays in flight), except at a phase's first
   // chunk: each phase frees its last chunk's stage once its products are
-  // done. With P2 (chunks in pairs, c the pair's first) both free the
-  // stages of a pair.
+  // done.
   auto rel = [&](int c, bool first) {
     wg_wait1();
     __syncwarp();
     if (lane == 0 && !first) mbar_arrive(empty0 + 8 * ((c - 1) % ST));
-    if (P2 && lane == 0 && !first) mbar_arrive(empty0 + 8 * ((c - 2) % ST));
   };
   auto rel_last = [&](int c) {
     __syncwarp();
     if (lane == 0) mbar_arrive(empty0 + 8 * (c % ST));
-    if (P2 && lane == 0) mbar_arrive(empty0 + 8 * ((c - 1) % ST));
   };
-  auto mma = [&](auto &d, int c) {
-    constexpr int NW = 8 * std::extent<std::remove_reference_t<decltype(d)>>::value;
-    if constexpr (P2)
-      mma_pair<NW>(d, c, ST, full0, stage(c), stage(c) + kW, stage(c + 1), stage(c + 1) + kW);
-    else
-      mma_chunk<NW>(d, c, ST, full0, stage(c), stage(c) + kW);
-  };
-  constexpr int step = P2 ? 2 : 1;
   const int g = lane / 4, t = lane % 4;
+  // sum4 is y's 4 values at (m, col) plus the KS parts' sums there, in
+  // order, stored to y in bf16 and returned as stored.
+  auto sum4 = [&](int KS, int m, int col) {
+    float4 v = make_float4(0, 0, 0, 0);
+    for (int q = 0; q < KS; q++) {
+      const float4 p = __ldcg(reinterpret_cast<const float4 *>(part + (size_t(q) * M + m) * C + col));
+      v.x += p.x, v.y += p.y, v.z += p.z, v.w += p.w;
+    }
+    T *o = y + size_t(m) * C + col;
+    const uint2 rr = __ldcg(reinterpret_cast<const uint2 *>(o));
+    const float2 r0 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&rr.x));
+    const float2 r1 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&rr.y));
+    v.x += r0.x, v.y += r0.y, v.z += r1.x, v.w += r1.y;
+    __nv_bfloat162 o2[2] = {__floats2bfloat162_rn(v.x, v.y), __floats2bfloat162_rn(v.z, v.w)};
+    *reinterpret_cast<uint2 *>(o) = *reinterpret_cast<const uint2 *>(o2);
+    const float2 a = __bfloat1622float2(o2[0]), c = __bfloat1622float2(o2[1]);
+    return make_float4(a.x, a.y, c.x, c.y);
+  };
   // sum_into_y: this CTA's C / G columns of every row, the KS parts summed
   // in order, then the residual, into y.
   auto sum_into_y = [&](int KS) {
     const int per = C / G;
-    for (int u = tid; u < M * (per / 4); u += 128) {
-      const int m = u / (per / 4), col = b * per + 4 * (u % (per / 4));
-      float4 v = make_float4(0, 0, 0, 0);
-      for (int q = 0; q < KS; q++) {
-        const float4 p = __ldcg(reinterpret_cast<const float4 *>(part + (size_t(q) * M + m) * C + col));
-        v.x += p.x, v.y += p.y, v.z += p.z, v.w += p.w;
-      }
-      T *o = y + size_t(m) * C + col;
-      const uint2 rr = __ldcg(reinterpret_cast<const uint2 *>(o));
-      const float2 r0 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&rr.x));
-      const float2 r1 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&rr.y));
-      v.x += r0.x, v.y += r0.y, v.z += r1.x, v.w += r1.y;
-      __nv_bfloat162 o2[2] = {__floats2bfloat162_rn(v.x, v.y), __floats2bfloat162_rn(v.z, v.w)};
-      *reinterpret_cast<uint2 *>(o) = *reinterpret_cast<const uint2 *>(o2);
+    for (int u = tid; u < M * (per / 4); u += 128) sum4(KS, u / (per / 4), b * per + 4 * (u % (per / 4)));
+  };
+  // sum_rows_into_y (SSP) is sum_into_y over y's 4-value units in row
+  // order, CTA b taking units [U b, U b + U), U = M C / 4 G = 4 M <= 128 (C
+  // is 16 G): part of one row, as M divides G; and that part's sum of
+  // squares into ssp[b], row m's shares being ssp[G / M m ..].
+  auto sum_rows_into_y = [&](int KS) {
+    const int U = M * C / 4 / G;
+    float sq = 0;
+    if (tid < U) {
+      const int u = b * U + tid;
+      const float4 v = sum4(KS, u / (C / 4), 4 * (u % (C / 4)));
+      sq = v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
     }
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) sq += __shfl_xor_sync(0xffffffff, sq, o);
+    if (lane == 0) red[warp] = sq;
+    asm volatile("bar.sync 1, 128;" ::: "memory");
+    if (tid == 0) ssp[b] = ((red[0] + red[1]) + red[2]) + red[3];
   };
   dep_wait();
 #ifdef DLLM_MLP_TRACE
@@ -2075,8 +2077,8 @@ __global__ void __launch_bounds__(160, 1)
   // 2. The output projection: y += ao Wo^T (its parts, a barrier, the sum).
   if (has_o) {
     float d[NO / 8][4] = {};
-    for (int i = 0; i < CHo; i += step) {
-      mma(d, i);
+    for (int i = 0; i < CHo; i++) {
+      mma_chunk<NO>(d, i, ST, full0, stage(i), stage(i) + kW);
       rel(i, i == 0);
     }
     wg_wait(d);
@@ -2085,7 +2087,10 @@ __global__ void __launch_bounds__(160, 1)
     grid_sync(bar, G);
     dep_launch(); // every CTA of this grid is resident now
     MLP_MARK(8);
-    sum_into_y(kPostOS);
+    if (SSP)
+      sum_rows_into_y(kPostOS);
+    else
+      sum_into_y(kPostOS);
     proxy_fence_global(); // y is read by other CTAs' TMA copies
     grid_sync(bar, G);
     MLP_MARK(9);
@@ -2096,19 +2101,24 @@ __global__ void __launch_bounds__(160, 1)
   {
     float d[NG / 8][4] = {};
     float ss[XR / 32] = {};
+    // SSP: CTA tid's share of its row's sum of squares, asked for now and
+    // put in sspv a few chunks on: after the loop the load waited ~3 us
+    // behind the down projection's copies (the probe).
+    const bool ssp_on = SSP && has_o;
+    const float share = ssp_on && tid < G ? __ldcg(ssp + tid) : 0.0f;
     sc.start();
-    for (int j = 0; j < CHg; j += step) {
+    for (int j = 0; j < CHg; j++) {
       const int c = cg + j;
       if (StepClock::on) mbar_wait(full(c), (c / ST) & 1);
       sc.mark(0);
       if (MLP_SKIP(1)) {
-        mbar_wait(full(c + step - 1), ((c + step - 1) / ST) & 1);
+        mbar_wait(full(c), (c / ST) & 1);
       } else {
-        mma(d, c);
+        mma_chunk<NG>(d, c, ST, full0, stage(c), stage(c) + kW);
         sc.mark(1);
-        if (!MLP_SKIP(8))
-          for (int u = 0; u < step; u++) x_squares<XR>(ss, smem + ((c + u) % ST) * kStage + kW, M);
+        if (!ssp_on && !MLP_SKIP(8)) x_squares<XR>(ss, smem + (c % ST) * kStage + kW, M);
       }
+      if (ssp_on && j == 2 && tid < G) sspv[tid] = share;
       sc.mark(2);
       rel(c, j == 0);
       sc.mark(3);
@@ -2116,7 +2126,19 @@ __global__ void __launch_bounds__(160, 1)
     wg_wait(d);
     MLP_MARK(2);
     rel_last(cg + CHg - 1);
-    x_rinv<XR>(ss, rinv, C, eps);
+    if (ssp_on) {
+      // Row m's G / M shares in CTA order (through sspv), then its inverse RMS.
+      if (CHg <= 2 && tid < G) sspv[tid] = share;
+      asm volatile("bar.sync 1, 128;" ::: "memory");
+      if (tid < M) {
+        const int n = G / M;
+        float v = 0;
+        for (int k = 0; k < n; k++) v += sspv[tid * n + k];
+        rinv[tid] = rsqrtf(v / static_cast<float>(C) + eps);
+      }
+    } else {
+      x_rinv<XR>(ss, rinv, C, eps);
+    }
     silu_spread<XR>(d, red, rinv, h, M, F, j0); // its barrier also makes rinv visible
     MLP_MARK(3);
     proxy_fence_global(); // h is read by other CTAs' TMA copies
@@ -2130,11 +2152,11 @@ __global__ void __launch_bounds__(160, 1)
   {
     float d[ND / 8][4] = {};
     sc.start();
-    for (int i = 0; i < CHd; i += step) {
+    for (int i = 0; i < CHd; i++) {
       const int c = cd + i;
       if (StepClock::on) mbar_wait(full(c), (c / ST) & 1);
       sc.mark(4);
-      mma(d, c);
+      mma_chunk<ND>(d, c, ST, full0, stage(c), stage(c) + kW);
       sc.mark(5);
       rel(c, i == 0);
       sc.mark(6);
@@ -2154,8 +2176,9 @@ __global__ void __launch_bounds__(160, 1)
   __trap();
 #endif
 }
-template <int ST, int XR = kTmaRows> constexpr size_t tpost_smem() {
-  return 1024 + size_t(ST) * post_stage(XR) + (64 - XR) * 128 + XR * (96 + 8) * 4 + XR * 4 + 16 * ST;
+template <int ST, int XR = kTmaRows, bool SSP = false> constexpr size_t tpost_smem() {
+  return 1024 + size_t(ST) * post_stage(XR) + (64 - XR) * 128 + XR * (96 + 8) * 4 + XR * 4 + 16 * ST +
+         (SSP ? 4 * kSspMax : 0);
 }
 
 // The driver's cuTensorMapEncodeTiled, found through the runtime (the shim
@@ -2227,22 +2250,23 @@ int tgemm_gu(const CUtensorMap &wm, const CUtensorMap &xm, __nv_bfloat16 *out, i
 // tpost launches tpost_kernel<ST, XR> over G CTAs, or says DTK_TMA_NO
 // where the device cannot hold them all at once (the grid barriers would
 // wait for ever).
-template <int ST, int XR = kTmaRows, bool P2 = false>
-int tpost(const PostMaps &maps, bool has_o, void *h, void *part, void *y, void *bar, int G, int64_t M, int64_t F,
-          int64_t C, int64_t Ko, float eps, cudaStream_t s) {
-  constexpr size_t smem = tpost_smem<ST, XR>();
+template <int ST, int XR = kTmaRows, bool SSP = false>
+int tpost(const PostMaps &maps, bool has_o, void *h, void *part, void *ssp, void *y, void *bar, int G, int64_t M,
+          int64_t F, int64_t C, int64_t Ko, float eps, cudaStream_t s) {
+  constexpr size_t smem = tpost_smem<ST, XR, SSP>();
   static const bool ok = [&] {
     int dev = 0, sms = 0, per = 0;
-    return cudaFuncSetAttribute(tpost_kernel<ST, XR, P2>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) ==
+    return cudaFuncSetAttribute(tpost_kernel<ST, XR, SSP>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) ==
                cudaSuccess &&
            cudaGetDevice(&dev) == cudaSuccess &&
            cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
-           cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, tpost_kernel<ST, XR, P2>, 160, smem) == cudaSuccess &&
+           cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, tpost_kernel<ST, XR, SSP>, 160, smem) == cudaSuccess &&
            per >= 1 && sms >= G;
   }();
   if (!ok) return DTK_TMA_NO;
-  return launch(tpost_kernel<ST, XR, P2>, dim3(static_cast<unsigned>(G)), 160, smem, s, maps, has_o,
-                static_cast<__nv_bfloat16 *>(h), static_cast<float *>(part), static_cast<__nv_bfloat16 *>(y),
+  return launch(tpost_kernel<ST, XR, SSP>, dim3(static_cast<unsigned>(G)), 160, smem, s, maps, has_o,
+                static_cast<__nv_bfloat16 *>(h), static_cast<float *>(part), static_cast<float *>(ssp),
+                static_cast<__nv_bfloat16 *>(y),
                 static_cast<unsigned long long *>(bar), static_cast<int>(M), static_cast<int>(F), static_cast<int>(C),
                 static_cast<int>(Ko), eps);
 }
@@ -2626,7 +2650,7 @@ int dtk_tma_post(int dtype, void *y, const void *ao, const void *wo, int64_t Ko,
       reinterpret_cast<uintptr_t>(sync) % 8 != 0)
     return DTK_TMA_NO;
   auto h = static_cast<char *>(scratch);
-  auto part = h + M * F * 2;
+  auto part = h + (M * F * 2 + 15) / 16 * 16, ssp = part + int64_t(kPostKS) * M * C * 4;
   PostMaps maps;
   if ((has_o && (!tmap2d(&maps.o, wo, C, Ko, 64) || !tmap2d(&maps.ao, ao, M, Ko, xr))) ||
       !tmap2d(&maps.gu, wgu, 2 * F, C, 48) || !tmap2d(&maps.x, y, M, C, xr) ||
@@ -2635,20 +2659,18 @@ int dtk_tma_post(int dtype, void *y, const void *ao, const void *wo, int64_t Ko,
   if (!has_o) maps.o = maps.ao = maps.x; // unread
   // A fused commit's 64 rows: 8 stages (the output projection's 8 chunks a
   // CTA, fetched at once), as 10 of 24 KB do not fit.
-  // DLLM_POST_PAIR=1: the chunks' products in pairs, one wgmma group and
-  // one wait a pair (the same sums; to measure).
-  static const bool pair = [] {
-    const char *e = std::getenv("DLLM_POST_PAIR");
+  // DLLM_POST_SSP=1: gate-up's sums of squares from the output
+  // projection's sum (tpost_kernel's SSP; to measure).
+  static const bool ssp_env = [] {
+    const char *e = std::getenv("DLLM_POST_SSP");
     return e && std::string(e) == "1";
   }();
   auto st = static_cast<cudaStream_t>(stream);
   const int64_t ko = has_o ? Ko : 0;
-  const bool even = (ko / 64 / kPostOS) % 2 == 0 && (C / 64) % 2 == 0 && (F / 64 / kPostKS) % 2 == 0;
-  if (pair && even)
-    return xr == 64 ? tpost<8, 64, true>(maps, has_o, h, part, y, sync, int(G), M, F, C, ko, eps, st)
-                    : tpost<10, kTmaRows, true>(maps, has_o, h, part, y, sync, int(G), M, F, C, ko, eps, st);
-  if (xr == 64) return tpost<8, 64>(maps, has_o, h, part, y, sync, int(G), M, F, C, ko, eps, st);
-  return tpost<10>(maps, has_o, h, part, y, sync, int(G), M, F, C, ko, eps, st);
+  if (xr == 64) return tpost<8, 64>(maps, has_o, h, part, ssp, y, sync, int(G), M, F, C, ko, eps, st);
+  if (ssp_env && has_o && G <= kSspMax && G % M == 0)
+    return tpost<10, kTmaRows, true>(maps, has_o, h, part, ssp, y, sync, int(G), M, F, C, ko, eps, st);
+  return tpost<10>(maps, has_o, h, part, ssp, y, sync, int(G), M, F, C, ko, eps, st);
 #else
   return DTK_TMA_NO;
 #endif
@@ -2656,7 +2678,7 @@ int dtk_tma_post(int dtype, void *y, const void *ao, const void *wo, int64_t Ko,
 
 int64_t dtk_tma_post_scratch(int64_t M, int64_t F, int64_t C) {
 #ifdef DLLM_SM90A
-  return (M * F * 2 + 15) / 16 * 16 + int64_t(kPostKS) * M * C * 4;
+  return (M * F * 2 + 15) / 16 * 16 + int64_t(kPostKS) * M * C * 4 + F / 48 * 4;
 #else
   return 0; // dtk_tma_post never runs
 #endif
