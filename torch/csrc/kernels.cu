@@ -1810,7 +1810,6 @@ __device__ inline void grid_sync(unsigned long long *bar, unsigned n) {
 // 64) at kPostW; gate-up's two (48, 64) boxes take 96 of the 128 rows,
 // the output projection's one 64.
 constexpr int kPostND = 128, kPostKS = 8, kPostOS = 4, kPostW = kPostND * 128;
-constexpr int kSspMax = 128; // tpost_kernel's SSP: G at most
 __host__ __device__ constexpr int post_stage(int XR) { return kPostW + XR * 128; }
 
 // DLLM_MLP_TRACE (scripts/mlp_probe.cu only): thread 0 writes
@@ -1898,17 +1897,11 @@ __device__ inline void part_store(const float (&d)[NJ][4], float *part, int M, i
 
 // tpost_kernel: see above. has_o: the output projection first (y += ao
 // Wo^T); h and part scratch; y the residual stream, updated in place. x's
-// boxes (ao, y, h) are XR rows: M <= XR. SSP (with has_o; G <= kSspMax,
-// M dividing G): gate-up's RMSNorm takes x's sums of squares from the
-// output projection's sum (each CTA's share of one row into ssp) instead
-// of from the chunks it multiplies (x_squares: ~150 of a chunk's ~430 ns
-// in the multiplying warps' loop, scripts/mlp_probe.cu); the sums then
-// come in another order, so h may differ from tgemm_gu_kernel's in a last
-// bit.
-template <int ST, int XR = kTmaRows, bool SSP = false>
+// boxes (ao, y, h) are XR rows: M <= XR.
+template <int ST, int XR = kTmaRows>
 __global__ void __launch_bounds__(160, 1)
-    tpost_kernel(const __grid_constant__ PostMaps maps, bool has_o, __nv_bfloat16 *h, float *part, float *ssp,
-                 __nv_bfloat16 *y, unsigned long long *bar, int M, int F, int C, int Ko, float eps) {
+    tpost_kernel(const __grid_constant__ PostMaps maps, bool has_o, __nv_bfloat16 *h, float *part, __nv_bfloat16 *y,
+                 unsigned long long *bar, int M, int F, int C, int Ko, float eps) {
 #ifdef DLLM_TMA_DEVICE
   using T = __nv_bfloat16;
   constexpr int NH = 48, NG = 2 * NH, NO = 64, ND = kPostND, kH = NH * 128, kW = kPostW, RS = NG + 8;
@@ -1923,7 +1916,6 @@ __global__ void __launch_bounds__(160, 1)
   float *red = reinterpret_cast<float *>(smem + ST * kStage + kOver); // (XR, RS)
   float *rinv = red + XR * RS;
   uint64_t *bars = reinterpret_cast<uint64_t *>(rinv + XR);
-  float *sspv = reinterpret_cast<float *>(bars + 2 * ST); // SSP: G shares
   const unsigned full0 = smem_u32(bars), empty0 = smem_u32(bars + ST);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, G = gridDim.x, b = blockIdx.x;
   // The phases' chunks are numbered on through the ring: the output
@@ -2023,47 +2015,25 @@ __global__ void __launch_bounds__(160, 1)
     if (lane == 0) mbar_arrive(empty0 + 8 * (c % ST));
   };
   const int g = lane / 4, t = lane % 4;
-  // sum4 is y's 4 values at (m, col) plus the KS parts' sums there, in
-  // order, stored to y in bf16 and returned as stored.
-  auto sum4 = [&](int KS, int m, int col) {
-    float4 v = make_float4(0, 0, 0, 0);
-    for (int q = 0; q < KS; q++) {
-      const float4 p = __ldcg(reinterpret_cast<const float4 *>(part + (size_t(q) * M + m) * C + col));
-      v.x += p.x, v.y += p.y, v.z += p.z, v.w += p.w;
-    }
-    T *o = y + size_t(m) * C + col;
-    const uint2 rr = __ldcg(reinterpret_cast<const uint2 *>(o));
-    const float2 r0 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&rr.x));
-    const float2 r1 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&rr.y));
-    v.x += r0.x, v.y += r0.y, v.z += r1.x, v.w += r1.y;
-    __nv_bfloat162 o2[2] = {__floats2bfloat162_rn(v.x, v.y), __floats2bfloat162_rn(v.z, v.w)};
-    *reinterpret_cast<uint2 *>(o) = *reinterpret_cast<const uint2 *>(o2);
-    const float2 a = __bfloat1622float2(o2[0]), c = __bfloat1622float2(o2[1]);
-    return make_float4(a.x, a.y, c.x, c.y);
-  };
   // sum_into_y: this CTA's C / G columns of every row, the KS parts summed
   // in order, then the residual, into y.
   auto sum_into_y = [&](int KS) {
     const int per = C / G;
-    for (int u = tid; u < M * (per / 4); u += 128) sum4(KS, u / (per / 4), b * per + 4 * (u % (per / 4)));
-  };
-  // sum_rows_into_y (SSP) is sum_into_y over y's 4-value units in row
-  // order, CTA b taking units [U b, U b + U), U = M C / 4 G = 4 M <= 128 (C
-  // is 16 G): part of one row, as M divides G; and that part's sum of
-  // squares into ssp[b], row m's shares being ssp[G / M m ..].
-  auto sum_rows_into_y = [&](int KS) {
-    const int U = M * C / 4 / G;
-    float sq = 0;
-    if (tid < U) {
-      const int u = b * U + tid;
-      const float4 v = sum4(KS, u / (C / 4), 4 * (u % (C / 4)));
-      sq = v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    for (int u = tid; u < M * (per / 4); u += 128) {
+      const int m = u / (per / 4), col = b * per + 4 * (u % (per / 4));
+      float4 v = make_float4(0, 0, 0, 0);
+      for (int q = 0; q < KS; q++) {
+        const float4 p = __ldcg(reinterpret_cast<const float4 *>(part + (size_t(q) * M + m) * C + col));
+        v.x += p.x, v.y += p.y, v.z += p.z, v.w += p.w;
+      }
+      T *o = y + size_t(m) * C + col;
+      const uint2 rr = __ldcg(reinterpret_cast<const uint2 *>(o));
+      const float2 r0 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&rr.x));
+      const float2 r1 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&rr.y));
+      v.x += r0.x, v.y += r0.y, v.z += r1.x, v.w += r1.y;
+      __nv_bfloat162 o2[2] = {__floats2bfloat162_rn(v.x, v.y), __floats2bfloat162_rn(v.z, v.w)};
+      *reinterpret_cast<uint2 *>(o) = *reinterpret_cast<const uint2 *>(o2);
     }
-#pragma unroll
-    for (int o = 16; o > 0; o /= 2) sq += __shfl_xor_sync(0xffffffff, sq, o);
-    if (lane == 0) red[warp] = sq;
-    asm volatile("bar.sync 1, 128;" ::: "memory");
-    if (tid == 0) ssp[b] = ((red[0] + red[1]) + red[2]) + red[3];
   };
   dep_wait();
 #ifdef DLLM_MLP_TRACE
@@ -2087,10 +2057,7 @@ __global__ void __launch_bounds__(160, 1)
     grid_sync(bar, G);
     dep_launch(); // every CTA of this grid is resident now
     MLP_MARK(8);
-    if (SSP)
-      sum_rows_into_y(kPostOS);
-    else
-      sum_into_y(kPostOS);
+    sum_into_y(kPostOS);
     proxy_fence_global(); // y is read by other CTAs' TMA copies
     grid_sync(bar, G);
     MLP_MARK(9);
@@ -2101,11 +2068,6 @@ __global__ void __launch_bounds__(160, 1)
   {
     float d[NG / 8][4] = {};
     float ss[XR / 32] = {};
-    // SSP: CTA tid's share of its row's sum of squares, asked for now and
-    // put in sspv a few chunks on: after the loop the load waited ~3 us
-    // behind the down projection's copies (the probe).
-    const bool ssp_on = SSP && has_o;
-    const float share = ssp_on && tid < G ? __ldcg(ssp + tid) : 0.0f;
     sc.start();
     for (int j = 0; j < CHg; j++) {
       const int c = cg + j;
@@ -2116,9 +2078,8 @@ __global__ void __launch_bounds__(160, 1)
       } else {
         mma_chunk<NG>(d, c, ST, full0, stage(c), stage(c) + kW);
         sc.mark(1);
-        if (!ssp_on && !MLP_SKIP(8)) x_squares<XR>(ss, smem + (c % ST) * kStage + kW, M);
+        if (!MLP_SKIP(8)) x_squares<XR>(ss, smem + (c % ST) * kStage + kW, M);
       }
-      if (ssp_on && j == 2 && tid < G) sspv[tid] = share;
       sc.mark(2);
       rel(c, j == 0);
       sc.mark(3);
@@ -2126,19 +2087,7 @@ __global__ void __launch_bounds__(160, 1)
     wg_wait(d);
     MLP_MARK(2);
     rel_last(cg + CHg - 1);
-    if (ssp_on) {
-      // Row m's G / M shares in CTA order (through sspv), then its inverse RMS.
-      if (CHg <= 2 && tid < G) sspv[tid] = share;
-      asm volatile("bar.sync 1, 128;" ::: "memory");
-      if (tid < M) {
-        const int n = G / M;
-        float v = 0;
-        for (int k = 0; k < n; k++) v += sspv[tid * n + k];
-        rinv[tid] = rsqrtf(v / static_cast<float>(C) + eps);
-      }
-    } else {
-      x_rinv<XR>(ss, rinv, C, eps);
-    }
+    x_rinv<XR>(ss, rinv, C, eps);
     silu_spread<XR>(d, red, rinv, h, M, F, j0); // its barrier also makes rinv visible
     MLP_MARK(3);
     proxy_fence_global(); // h is read by other CTAs' TMA copies
@@ -2176,9 +2125,8 @@ __global__ void __launch_bounds__(160, 1)
   __trap();
 #endif
 }
-template <int ST, int XR = kTmaRows, bool SSP = false> constexpr size_t tpost_smem() {
-  return 1024 + size_t(ST) * post_stage(XR) + (64 - XR) * 128 + XR * (96 + 8) * 4 + XR * 4 + 16 * ST +
-         (SSP ? 4 * kSspMax : 0);
+template <int ST, int XR = kTmaRows> constexpr size_t tpost_smem() {
+  return 1024 + size_t(ST) * post_stage(XR) + (64 - XR) * 128 + XR * (96 + 8) * 4 + XR * 4 + 16 * ST;
 }
 
 // The driver's cuTensorMapEncodeTiled, found through the runtime (the shim
@@ -2250,23 +2198,22 @@ int tgemm_gu(const CUtensorMap &wm, const CUtensorMap &xm, __nv_bfloat16 *out, i
 // tpost launches tpost_kernel<ST, XR> over G CTAs, or says DTK_TMA_NO
 // where the device cannot hold them all at once (the grid barriers would
 // wait for ever).
-template <int ST, int XR = kTmaRows, bool SSP = false>
-int tpost(const PostMaps &maps, bool has_o, void *h, void *part, void *ssp, void *y, void *bar, int G, int64_t M,
-          int64_t F, int64_t C, int64_t Ko, float eps, cudaStream_t s) {
-  constexpr size_t smem = tpost_smem<ST, XR, SSP>();
+template <int ST, int XR = kTmaRows>
+int tpost(const PostMaps &maps, bool has_o, void *h, void *part, void *y, void *bar, int G, int64_t M, int64_t F,
+          int64_t C, int64_t Ko, float eps, cudaStream_t s) {
+  constexpr size_t smem = tpost_smem<ST, XR>();
   static const bool ok = [&] {
     int dev = 0, sms = 0, per = 0;
-    return cudaFuncSetAttribute(tpost_kernel<ST, XR, SSP>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) ==
+    return cudaFuncSetAttribute(tpost_kernel<ST, XR>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) ==
                cudaSuccess &&
            cudaGetDevice(&dev) == cudaSuccess &&
            cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
-           cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, tpost_kernel<ST, XR, SSP>, 160, smem) == cudaSuccess &&
+           cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, tpost_kernel<ST, XR>, 160, smem) == cudaSuccess &&
            per >= 1 && sms >= G;
   }();
   if (!ok) return DTK_TMA_NO;
-  return launch(tpost_kernel<ST, XR, SSP>, dim3(static_cast<unsigned>(G)), 160, smem, s, maps, has_o,
-                static_cast<__nv_bfloat16 *>(h), static_cast<float *>(part), static_cast<float *>(ssp),
-                static_cast<__nv_bfloat16 *>(y),
+  return launch(tpost_kernel<ST, XR>, dim3(static_cast<unsigned>(G)), 160, smem, s, maps, has_o,
+                static_cast<__nv_bfloat16 *>(h), static_cast<float *>(part), static_cast<__nv_bfloat16 *>(y),
                 static_cast<unsigned long long *>(bar), static_cast<int>(M), static_cast<int>(F), static_cast<int>(C),
                 static_cast<int>(Ko), eps);
 }
@@ -2650,7 +2597,7 @@ int dtk_tma_post(int dtype, void *y, const void *ao, const void *wo, int64_t Ko,
       reinterpret_cast<uintptr_t>(sync) % 8 != 0)
     return DTK_TMA_NO;
   auto h = static_cast<char *>(scratch);
-  auto part = h + (M * F * 2 + 15) / 16 * 16, ssp = part + int64_t(kPostKS) * M * C * 4;
+  auto part = h + M * F * 2;
   PostMaps maps;
   if ((has_o && (!tmap2d(&maps.o, wo, C, Ko, 64) || !tmap2d(&maps.ao, ao, M, Ko, xr))) ||
       !tmap2d(&maps.gu, wgu, 2 * F, C, 48) || !tmap2d(&maps.x, y, M, C, xr) ||
@@ -2659,18 +2606,11 @@ int dtk_tma_post(int dtype, void *y, const void *ao, const void *wo, int64_t Ko,
   if (!has_o) maps.o = maps.ao = maps.x; // unread
   // A fused commit's 64 rows: 8 stages (the output projection's 8 chunks a
   // CTA, fetched at once), as 10 of 24 KB do not fit.
-  // DLLM_POST_SSP=1: gate-up's sums of squares from the output
-  // projection's sum (tpost_kernel's SSP; to measure).
-  static const bool ssp_env = [] {
-    const char *e = std::getenv("DLLM_POST_SSP");
-    return e && std::string(e) == "1";
-  }();
-  auto st = static_cast<cudaStream_t>(stream);
-  const int64_t ko = has_o ? Ko : 0;
-  if (xr == 64) return tpost<8, 64>(maps, has_o, h, part, ssp, y, sync, int(G), M, F, C, ko, eps, st);
-  if (ssp_env && has_o && G <= kSspMax && G % M == 0)
-    return tpost<10, kTmaRows, true>(maps, has_o, h, part, ssp, y, sync, int(G), M, F, C, ko, eps, st);
-  return tpost<10>(maps, has_o, h, part, ssp, y, sync, int(G), M, F, C, ko, eps, st);
+  if (xr == 64)
+    return tpost<8, 64>(maps, has_o, h, part, y, sync, int(G), M, F, C, has_o ? Ko : 0, eps,
+                        static_cast<cudaStream_t>(stream));
+  return tpost<10>(maps, has_o, h, part, y, sync, int(G), M, F, C, has_o ? Ko : 0, eps,
+                   static_cast<cudaStream_t>(stream));
 #else
   return DTK_TMA_NO;
 #endif
@@ -2678,7 +2618,7 @@ int dtk_tma_post(int dtype, void *y, const void *ao, const void *wo, int64_t Ko,
 
 int64_t dtk_tma_post_scratch(int64_t M, int64_t F, int64_t C) {
 #ifdef DLLM_SM90A
-  return (M * F * 2 + 15) / 16 * 16 + int64_t(kPostKS) * M * C * 4 + F / 48 * 4;
+  return (M * F * 2 + 15) / 16 * 16 + int64_t(kPostKS) * M * C * 4;
 #else
   return 0; // dtk_tma_post never runs
 #endif
