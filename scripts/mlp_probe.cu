@@ -101,7 +101,7 @@ int main() {
   CK(cudaStreamSynchronize(s));
   std::vector<unsigned long long> ht(n);
   CK(cudaMemcpy(ht.data(), tr, n * 8, cudaMemcpyDeviceToHost));
-  const int K = kMlpTraceMarks, order[] = {0, 1, 8, 9, 2, 3, 4, 5, 6, 7};
+  const int K = kMlpTraceMarks, order[] = {0, 1, 8, 9, 2, 10, 3, 4, 5, 6, 7};
   const char *what[kMlpTraceMarks] = {"start",
                                       "past the PDL wait",
                                       "gate-up products",
@@ -111,7 +111,8 @@ int main() {
                                       "past barrier 2",
                                       "end",
                                       "output: past its parts' barrier",
-                                      "output: past its sum's barrier"};
+                                      "output: past its sum's barrier",
+                                      "rinv ready (SiLU step next)"};
   double avg[kMlpTraceMarks] = {}, last[kMlpTraceMarks] = {}, gap = 0;
   int L = 0;
   for (int l = 8; l < 47; l++, L++) {

@@ -1813,11 +1813,11 @@ constexpr int kPostND = 128, kPostKS = 8, kPostOS = 4, kPostW = kPostND * 128;
 __host__ __device__ constexpr int post_stage(int XR) { return kPostW + XR * 128; }
 
 // DLLM_MLP_TRACE (scripts/mlp_probe.cu only): thread 0 writes
-// %globaltimer at the kernel's steps to g_mlp_trace, (launch, CTA, 10) by
+// %globaltimer at the kernel's steps to g_mlp_trace, (launch, CTA, 11) by
 // the barrier count.
 #ifdef DLLM_MLP_TRACE
 __device__ unsigned long long *g_mlp_trace;
-constexpr int kMlpTraceLaunches = 64, kMlpTraceMarks = 10;
+constexpr int kMlpTraceLaunches = 64, kMlpTraceMarks = 11;
 __device__ inline unsigned long long gtimer() {
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -2088,6 +2088,7 @@ __global__ void __launch_bounds__(160, 1)
     MLP_MARK(2);
     rel_last(cg + CHg - 1);
     x_rinv<XR>(ss, rinv, C, eps);
+    MLP_MARK(10);
     silu_spread<XR>(d, red, rinv, h, M, F, j0); // its barrier also makes rinv visible
     MLP_MARK(3);
     proxy_fence_global(); // h is read by other CTAs' TMA copies
