@@ -2071,11 +2071,9 @@ __global__ void __launch_bounds__(160, 1)
     sc.start();
     for (int j = 0; j < CHg; j++) {
       const int c = cg + j;
-      if (StepClock::on) mbar_wait(full(c), (c / ST) & 1);
+      if (StepClock::on) mbar_wait(full(c), (c / ST) & 1); // MLP_SKIP's builds: always
       sc.mark(0);
-      if (MLP_SKIP(1)) {
-        mbar_wait(full(c), (c / ST) & 1);
-      } else {
+      if (!MLP_SKIP(1)) {
         mma_chunk<NG>(d, c, ST, full0, stage(c), stage(c) + kW);
         sc.mark(1);
         if (!MLP_SKIP(8)) x_squares<XR>(ss, smem + (c % ST) * kStage + kW, M);
