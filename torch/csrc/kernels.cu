@@ -229,35 +229,38 @@ __global__ void rope_qkv_kernel(const T *qkv, const T *cos, const T *sin, const 
                                 T *vs) {
   const int64_t t = blockIdx.x, half = D / 2, i = threadIdx.x % half;
   const int64_t h = int64_t(blockIdx.y) * (blockDim.x / half) + threadIdx.x / half;
+  const bool spare = h >= H + 2 * Hkv, value = !spare && h >= H + Hkv; // spare: the last block's extra heads
   // The positions (written when the forward starts, several kernels back:
-  // see attn_decode_kernel), the tables and x (the input of the projection
-  // just before) are read before the wait.
-  const float r = NORM ? inv_rms(x + t * C, C, eps) : 1.0f;
-  if (h >= H + 2 * Hkv) { // a block's spare heads (the last block)
-    dep_wait();
-    dep_launch();
-    return;
+  // see attn_decode_kernel) and the tables are read before the wait; x (the
+  // input of the projection just before) only after it: a TMA GEMM lets
+  // this kernel launch before its own wait, so x's writer, the kernel
+  // before that, may still be running (the persistent kernel's last CTAs).
+  int64_t p = 0;
+  float c1 = 0, c2 = 0, s1 = 0, s2 = 0;
+  if (!spare) {
+    p = pos[t];
+    if (!value) {
+      const T *c = cos + p * D, *s = sin + p * D;
+      c1 = f32(c[i]), c2 = f32(c[i + half]), s1 = f32(s[i]), s2 = f32(s[i + half]);
+    }
   }
+  dep_wait();
+  dep_launch();
+  const float r = NORM ? inv_rms(x + t * C, C, eps) : 1.0f; // every thread: block_sum's barriers
+  if (spare) return;
   const T *src = qkv + (t * (H + 2 * Hkv) + h) * D;
   auto in = [&](int64_t j) { return NORM ? round<T>(f32(src[j]) * r) : f32(src[j]); };
-  int64_t p = pos[t];
   // A key or value head's cache row, and where the head goes.
-  const int64_t kv = h >= H + Hkv ? h - H - Hkv : h - H;
-  T *cache = h < H ? nullptr : (h >= H + Hkv ? vc : kc) + (p * Hkv + kv) * D;
-  T *side = h < H ? nullptr : h >= H + Hkv ? vs : ks;
-  if (h >= H + Hkv) { // a value head: copied as is
-    dep_wait();
-    dep_launch();
+  const int64_t kv = value ? h - H - Hkv : h - H;
+  T *cache = h < H ? nullptr : (value ? vc : kc) + (p * Hkv + kv) * D;
+  T *side = h < H ? nullptr : value ? vs : ks;
+  if (value) { // copied as is
     T *dst = side ? side + (t * Hkv + kv) * D : cache;
     dst[i] = cast<T>(in(i));
     dst[i + half] = cast<T>(in(i + half));
     if (side) cache[i] = cache[i + half] = cast<T>(0.0f);
     return;
   }
-  const T *c = cos + p * D, *s = sin + p * D;
-  float c1 = f32(c[i]), c2 = f32(c[i + half]), s1 = f32(s[i]), s2 = f32(s[i + half]);
-  dep_wait();
-  dep_launch();
   // Folded: key head h / G's row t G + h % G, as the cuDNN path reads q.
   const int64_t G = H / Hkv, qrow = fold ? (h / G * gridDim.x + t) * G + h % G : t * H + h;
   T *dst = h < H ? q + qrow * D : side ? side + (t * Hkv + kv) * D : cache;
@@ -309,9 +312,9 @@ template <typename T>
 __global__ void silu_mul_norm_kernel(const T *gu, T *out, int64_t F, const T *x, int C, float eps) {
   constexpr int E = 16 / sizeof(T);
   const int64_t t = blockIdx.x, fc = F / E, j = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
-  const float r = inv_rms(x + t * C, C, eps); // x: the input of the projection before, as in rope_qkv_kernel
   dep_wait();
   dep_launch();
+  const float r = inv_rms(x + t * C, C, eps); // after the wait, as in rope_qkv_kernel
   if (j >= fc) return;
   const uint4 *g4 = reinterpret_cast<const uint4 *>(gu) + t * 2 * fc;
   uint4 gv = g4[j], uv = g4[fc + j], y;
@@ -1784,13 +1787,6 @@ __device__ inline void proxy_fence_global() {
   asm volatile("fence.proxy.async.global;" ::: "memory");
 #endif
 }
-// proxy_fence_shared is proxy_fence_global for this CTA's shared memory
-// (a stage read by plain loads, then refilled by TMA).
-__device__ inline void proxy_fence_shared() {
-#ifdef DLLM_TMA_DEVICE
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-#endif
-}
 
 // grid_sync returns once every CTA's multiplying warps (threads 0-127)
 // have called it, their writes before it visible after it. *bar counts
@@ -1817,13 +1813,9 @@ __device__ inline void grid_sync(unsigned long long *bar, unsigned n) {
 // 64) at kPostW; gate-up's two (48, 64) boxes take 96 of the 128 rows,
 // the output projection's one 64.
 constexpr int kPostND = 128, kPostKS = 8, kPostOS = 4, kPostW = kPostND * 128;
-// tpost_kernel's variants (V's bits; to measure): kPostO2, the output
-// projection in (128, 64) boxes and 8 K parts (as the down projection), so
-// that its weights take half the stages and more of gate-up's are fetched
-// before the PDL wait; kPostCsq (XR 32), gate-up's sums of squares in the
-// copier warp's lanes (a row a lane, from each stage before it is
-// refilled) instead of the multiplying warps' loop.
-constexpr int kPostO2 = 1, kPostCsq = 2;
+// kPostSlices: tpost_kernel's TAIL (to measure) counts the down
+// projection's parts a slice in sync[1 ..]: C / kPostND slices at most.
+constexpr int kPostSlices = DTK_TMA_POST_SYNC / 8 - 1;
 __host__ __device__ constexpr int post_stage(int XR) { return kPostW + XR * 128; }
 
 // DLLM_MLP_TRACE (scripts/mlp_probe.cu only): thread 0 writes
@@ -1912,15 +1904,14 @@ __device__ inline void part_store(const float (&d)[NJ][4], float *part, int M, i
 // tpost_kernel: see above. has_o: the output projection first (y += ao
 // Wo^T); h and part scratch; y the residual stream, updated in place. x's
 // boxes (ao, y, h) are XR rows: M <= XR.
-template <int ST, int XR = kTmaRows, int V = 0>
+template <int ST, int XR = kTmaRows, bool TAIL = false>
 __global__ void __launch_bounds__(160, 1)
     tpost_kernel(const __grid_constant__ PostMaps maps, bool has_o, __nv_bfloat16 *h, float *part, __nv_bfloat16 *y,
                  unsigned long long *bar, int M, int F, int C, int Ko, float eps) {
 #ifdef DLLM_TMA_DEVICE
   using T = __nv_bfloat16;
-  constexpr bool O2 = V & kPostO2, CSQ = (V & kPostCsq) && XR == 32;
-  constexpr int NH = 48, NG = 2 * NH, NO = O2 ? 128 : 64, OS = O2 ? 8 : kPostOS, ND = kPostND, kH = NH * 128;
-  constexpr int kW = kPostW, RS = NG + 8, kStage = post_stage(XR), kOver = (64 - XR) * 128;
+  constexpr int NH = 48, NG = 2 * NH, NO = 64, ND = kPostND, kH = NH * 128, kW = kPostW, RS = NG + 8;
+  constexpr int kStage = post_stage(XR), kOver = (64 - XR) * 128;
   constexpr int kOBytes = NO * 128 + XR * 128, kGuBytes = 2 * kH + XR * 128, kDnBytes = kStage;
   extern __shared__ __align__(16) unsigned char smem_[];
   unsigned char *smem =
@@ -1937,7 +1928,7 @@ __global__ void __launch_bounds__(160, 1)
   // projection's CHo (slice no, K part ro), gate-up's CHg (gate rows [j0,
   // j0 + 48) and the same up rows), the down projection's CHd (slice nd,
   // K part rd).
-  const int CHo = has_o ? Ko / 64 / OS : 0, no = b / OS, ro = b % OS, ko0 = ro * CHo * 64;
+  const int CHo = has_o ? Ko / 64 / kPostOS : 0, no = b / kPostOS, ro = b % kPostOS, ko0 = ro * CHo * 64;
   const int CHg = C / 64, j0 = b * NH, cg = CHo;
   const int CHd = F / 64 / kPostKS, nd = b / kPostKS, rd = b % kPostKS, kd0 = rd * CHd * 64, cd = CHo + CHg;
   auto stage = [&](int c) { return smem_u32(smem + (c % ST) * kStage); };
@@ -1991,57 +1982,7 @@ __global__ void __launch_bounds__(160, 1)
     }
     __syncwarp();
     if (has_o) asm volatile("bar.sync 3, 160;" ::: "memory");
-    if constexpr (CSQ) {
-      if (lane == 0) {
-        if (has_o) proxy_fence_global();
-        for (int j = 0; j < preg; j++) gu_x(j);
-      }
-      // Gate-up's sums of squares, lane m's row m in x_squares's order
-      // (sq[q] its thread q's), each chunk's taken as its stage is freed,
-      // before the refill; then the rows' inverse RMS for the multipliers
-      // (named barrier 4).
-      float sq[4] = {};
-      int next = 0; // gate-up chunks summed
-      auto square = [&](int j) {
-        const int c = cg + j;
-        mbar_wait(full(c), (c / ST) & 1); // the TMA's writes, seen
-        if (lane < M) {
-          const uint4 *xr = reinterpret_cast<const uint4 *>(smem + (c % ST) * kStage + kW + lane * 128);
-#pragma unroll
-          for (int k = 0; k < 8; k++) {
-            uint4 v = xr[k];
-            const __nv_bfloat16 *e = reinterpret_cast<const __nv_bfloat16 *>(&v);
-#pragma unroll
-            for (int i = 0; i < 8; i++) sq[k / 2] += f32(e[i]) * f32(e[i]);
-          }
-        }
-        next = j + 1;
-      };
-      auto reuse = [&](int c) {
-        wait_free(c);
-        const int j = c - ST - cg;
-        if (j >= 0 && j < CHg) {
-          square(j);
-          __syncwarp();
-          if (lane == 0) proxy_fence_shared(); // the loads above, before the refill
-        }
-      };
-      for (int j = preg; j < CHg; j++) {
-        reuse(cg + j);
-        if (lane == 0) gu_w(j), gu_x(j);
-      }
-      for (int i = 0; i < pred; i++) {
-        reuse(cd + i);
-        if (lane == 0) dn_w(i);
-      }
-      for (; next < CHg;) {
-        const int c = cg + next;
-        mbar_wait(empty0 + 8 * (c % ST), (c / ST) & 1);
-        square(next);
-      }
-      rinv[lane] = rsqrtf(((sq[0] + sq[1]) + (sq[2] + sq[3])) / static_cast<float>(C) + eps);
-      asm volatile("bar.arrive 4, 160;" ::: "memory");
-    } else if (lane == 0) {
+    if (lane == 0) {
       if (has_o) proxy_fence_global();
       for (int j = 0; j < preg; j++) gu_x(j);
       for (int j = preg; j < CHg; j++) {
@@ -2080,29 +2021,30 @@ __global__ void __launch_bounds__(160, 1)
     if (lane == 0) mbar_arrive(empty0 + 8 * (c % ST));
   };
   const int g = lane / 4, t = lane % 4;
+  // sum4: y's 4 values at (m, col) plus the KS parts' there, in order.
+  auto sum4 = [&](int KS, int m, int col) {
+    float4 v = make_float4(0, 0, 0, 0);
+    for (int q = 0; q < KS; q++) {
+      const float4 p = __ldcg(reinterpret_cast<const float4 *>(part + (size_t(q) * M + m) * C + col));
+      v.x += p.x, v.y += p.y, v.z += p.z, v.w += p.w;
+    }
+    T *o = y + size_t(m) * C + col;
+    const uint2 rr = __ldcg(reinterpret_cast<const uint2 *>(o));
+    const float2 r0 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&rr.x));
+    const float2 r1 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&rr.y));
+    v.x += r0.x, v.y += r0.y, v.z += r1.x, v.w += r1.y;
+    __nv_bfloat162 o2[2] = {__floats2bfloat162_rn(v.x, v.y), __floats2bfloat162_rn(v.z, v.w)};
+    *reinterpret_cast<uint2 *>(o) = *reinterpret_cast<const uint2 *>(o2);
+  };
   // sum_into_y: this CTA's C / G columns of every row, the KS parts summed
   // in order, then the residual, into y.
   auto sum_into_y = [&](int KS) {
     const int per = C / G;
-    for (int u = tid; u < M * (per / 4); u += 128) {
-      const int m = u / (per / 4), col = b * per + 4 * (u % (per / 4));
-      float4 v = make_float4(0, 0, 0, 0);
-      for (int q = 0; q < KS; q++) {
-        const float4 p = __ldcg(reinterpret_cast<const float4 *>(part + (size_t(q) * M + m) * C + col));
-        v.x += p.x, v.y += p.y, v.z += p.z, v.w += p.w;
-      }
-      T *o = y + size_t(m) * C + col;
-      const uint2 rr = __ldcg(reinterpret_cast<const uint2 *>(o));
-      const float2 r0 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&rr.x));
-      const float2 r1 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&rr.y));
-      v.x += r0.x, v.y += r0.y, v.z += r1.x, v.w += r1.y;
-      __nv_bfloat162 o2[2] = {__floats2bfloat162_rn(v.x, v.y), __floats2bfloat162_rn(v.z, v.w)};
-      *reinterpret_cast<uint2 *>(o) = *reinterpret_cast<const uint2 *>(o2);
-    }
+    for (int u = tid; u < M * (per / 4); u += 128) sum4(KS, u / (per / 4), b * per + 4 * (u % (per / 4)));
   };
   dep_wait();
 #ifdef DLLM_MLP_TRACE
-  launch_no = unsigned(ld_acquire_u64(bar) / (uint64_t(has_o ? 4 : 2) * gridDim.x));
+  launch_no = unsigned(ld_acquire_u64(bar) / (uint64_t((has_o ? 4 : 2) - TAIL) * gridDim.x));
   if (g_mlp_trace && tid == 0)
     g_mlp_trace[(size_t(launch_no % kMlpTraceLaunches) * gridDim.x + blockIdx.x) * kMlpTraceMarks] = t_start;
 #endif
@@ -2122,7 +2064,7 @@ __global__ void __launch_bounds__(160, 1)
     grid_sync(bar, G);
     dep_launch(); // every CTA of this grid is resident now
     MLP_MARK(8);
-    sum_into_y(OS);
+    sum_into_y(kPostOS);
     proxy_fence_global(); // y is read by other CTAs' TMA copies
     grid_sync(bar, G);
     MLP_MARK(9);
@@ -2141,7 +2083,7 @@ __global__ void __launch_bounds__(160, 1)
       if (!MLP_SKIP(1)) {
         mma_chunk<NG>(d, c, ST, full0, stage(c), stage(c) + kW);
         sc.mark(1);
-        if (!CSQ && !MLP_SKIP(8)) x_squares<XR>(ss, smem + (c % ST) * kStage + kW, M);
+        if (!MLP_SKIP(8)) x_squares<XR>(ss, smem + (c % ST) * kStage + kW, M);
       }
       sc.mark(2);
       rel(c, j == 0);
@@ -2150,10 +2092,7 @@ __global__ void __launch_bounds__(160, 1)
     wg_wait(d);
     MLP_MARK(2);
     rel_last(cg + CHg - 1);
-    if constexpr (CSQ)
-      asm volatile("bar.sync 4, 160;" ::: "memory"); // the copier's rinv
-    else
-      x_rinv<XR>(ss, rinv, C, eps);
+    x_rinv<XR>(ss, rinv, C, eps);
     MLP_MARK(10);
     silu_spread<XR>(d, red, rinv, h, M, F, j0); // its barrier also makes rinv visible
     MLP_MARK(3);
@@ -2181,9 +2120,28 @@ __global__ void __launch_bounds__(160, 1)
     MLP_MARK(5);
     part_store(d, part, M, C, rd, nd * ND);
   }
-  grid_sync(bar, G);
-  MLP_MARK(6);
-  sum_into_y(kPostKS);
+  if constexpr (TAIL) {
+    // 5. The last of a slice's kPostKS CTAs to store its part sums them
+    // (the same order as sum_into_y); the others leave at once, so that
+    // the next kernel's CTAs take their SMs and fetch its weights before
+    // its PDL wait, instead of after a grid barrier and the sum.
+    asm volatile("bar.sync 1, 128;" ::: "memory");
+    int *last = reinterpret_cast<int *>(red);
+    if (tid == 0) {
+      __threadfence(); // the CTA's parts, before the count
+      const unsigned long long n = atomicAdd(bar + 1 + nd, 1ull);
+      __threadfence(); // the other parts, after it
+      *last = n % kPostKS == kPostKS - 1;
+    }
+    asm volatile("bar.sync 1, 128;" ::: "memory");
+    MLP_MARK(6);
+    if (*last)
+      for (int u = tid; u < M * (ND / 4); u += 128) sum4(kPostKS, u / (ND / 4), nd * ND + 4 * (u % (ND / 4)));
+  } else {
+    grid_sync(bar, G);
+    MLP_MARK(6);
+    sum_into_y(kPostKS);
+  }
   MLP_MARK(7);
 #ifdef DLLM_MLP_TRACE
   sc.store(launch_no);
@@ -2265,21 +2223,21 @@ int tgemm_gu(const CUtensorMap &wm, const CUtensorMap &xm, __nv_bfloat16 *out, i
 // tpost launches tpost_kernel<ST, XR> over G CTAs, or says DTK_TMA_NO
 // where the device cannot hold them all at once (the grid barriers would
 // wait for ever).
-template <int ST, int XR = kTmaRows, int V = 0>
+template <int ST, int XR = kTmaRows, bool TAIL = false>
 int tpost(const PostMaps &maps, bool has_o, void *h, void *part, void *y, void *bar, int G, int64_t M, int64_t F,
           int64_t C, int64_t Ko, float eps, cudaStream_t s) {
   constexpr size_t smem = tpost_smem<ST, XR>();
   static const bool ok = [&] {
     int dev = 0, sms = 0, per = 0;
-    return cudaFuncSetAttribute(tpost_kernel<ST, XR, V>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) ==
+    return cudaFuncSetAttribute(tpost_kernel<ST, XR, TAIL>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) ==
                cudaSuccess &&
            cudaGetDevice(&dev) == cudaSuccess &&
            cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
-           cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, tpost_kernel<ST, XR, V>, 160, smem) == cudaSuccess &&
+           cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, tpost_kernel<ST, XR, TAIL>, 160, smem) == cudaSuccess &&
            per >= 1 && sms >= G;
   }();
   if (!ok) return DTK_TMA_NO;
-  return launch(tpost_kernel<ST, XR, V>, dim3(static_cast<unsigned>(G)), 160, smem, s, maps, has_o,
+  return launch(tpost_kernel<ST, XR, TAIL>, dim3(static_cast<unsigned>(G)), 160, smem, s, maps, has_o,
                 static_cast<__nv_bfloat16 *>(h), static_cast<float *>(part), static_cast<__nv_bfloat16 *>(y),
                 static_cast<unsigned long long *>(bar), static_cast<int>(M), static_cast<int>(F), static_cast<int>(C),
                 static_cast<int>(Ko), eps);
@@ -2657,18 +2615,6 @@ int dtk_tma_post(int dtype, void *y, const void *ao, const void *wo, int64_t Ko,
   const int64_t G = F / 48;
   const bool has_o = ao && mode >= 2;
   const int xr = tma_rows(M);
-  // DLLM_POST_O128=1 and DLLM_POST_CSQ=1: tpost_kernel's variants kPostO2
-  // and kPostCsq, for 32-row boxes (to measure).
-  static const int variant = [] {
-    auto on = [](const char *k) {
-      const char *e = std::getenv(k);
-      return e && std::string(e) == "1";
-    };
-    return (on("DLLM_POST_O128") ? kPostO2 : 0) | (on("DLLM_POST_CSQ") ? kPostCsq : 0);
-  }();
-  const int v = xr == kTmaRows && (!(variant & kPostO2) || !has_o || (C / 128 * 8 == G && Ko % (64 * 8) == 0))
-                    ? variant
-                    : 0;
   if (mode < 1 || (ao && !has_o) || !tma_on() || dtype != kBF16 || xr == 0 || C % 128 != 0 ||
       F % 48 != 0 || (F / 64) % kPostKS != 0 || C / kPostND * kPostKS != G || C % (4 * G) != 0 ||
       (has_o && (C / 64 * kPostOS != G || Ko % (64 * kPostOS) != 0 || !aligned16(ao) || !aligned16(wo))) ||
@@ -2678,7 +2624,7 @@ int dtk_tma_post(int dtype, void *y, const void *ao, const void *wo, int64_t Ko,
   auto h = static_cast<char *>(scratch);
   auto part = h + M * F * 2;
   PostMaps maps;
-  if ((has_o && (!tmap2d(&maps.o, wo, C, Ko, v & kPostO2 ? 128 : 64) || !tmap2d(&maps.ao, ao, M, Ko, xr))) ||
+  if ((has_o && (!tmap2d(&maps.o, wo, C, Ko, 64) || !tmap2d(&maps.ao, ao, M, Ko, xr))) ||
       !tmap2d(&maps.gu, wgu, 2 * F, C, 48) || !tmap2d(&maps.x, y, M, C, xr) ||
       !tmap2d(&maps.dn, wdown, C, F, kPostND) || !tmap2d(&maps.h, h, M, F, xr))
     return cudaErrorInvalidValue;
@@ -2688,15 +2634,16 @@ int dtk_tma_post(int dtype, void *y, const void *ao, const void *wo, int64_t Ko,
   if (xr == 64)
     return tpost<8, 64>(maps, has_o, h, part, y, sync, int(G), M, F, C, has_o ? Ko : 0, eps,
                         static_cast<cudaStream_t>(stream));
-  auto st = static_cast<cudaStream_t>(stream);
-  const int64_t ko = has_o ? Ko : 0;
-  switch (v) {
-  case kPostO2: return tpost<10, kTmaRows, kPostO2>(maps, has_o, h, part, y, sync, int(G), M, F, C, ko, eps, st);
-  case kPostCsq: return tpost<10, kTmaRows, kPostCsq>(maps, has_o, h, part, y, sync, int(G), M, F, C, ko, eps, st);
-  case kPostO2 | kPostCsq:
-    return tpost<10, kTmaRows, kPostO2 | kPostCsq>(maps, has_o, h, part, y, sync, int(G), M, F, C, ko, eps, st);
-  default: return tpost<10>(maps, has_o, h, part, y, sync, int(G), M, F, C, ko, eps, st);
-  }
+  // DLLM_POST_TAIL=1: tpost_kernel's TAIL (to measure).
+  static const bool tail = [] {
+    const char *e = std::getenv("DLLM_POST_TAIL");
+    return e && std::string(e) == "1";
+  }();
+  if (tail && C / kPostND <= kPostSlices)
+    return tpost<10, kTmaRows, true>(maps, has_o, h, part, y, sync, int(G), M, F, C, has_o ? Ko : 0, eps,
+                                     static_cast<cudaStream_t>(stream));
+  return tpost<10>(maps, has_o, h, part, y, sync, int(G), M, F, C, has_o ? Ko : 0, eps,
+                   static_cast<cudaStream_t>(stream));
 #else
   return DTK_TMA_NO;
 #endif
