@@ -1813,9 +1813,6 @@ __device__ inline void grid_sync(unsigned long long *bar, unsigned n) {
 // 64) at kPostW; gate-up's two (48, 64) boxes take 96 of the 128 rows,
 // the output projection's one 64.
 constexpr int kPostND = 128, kPostKS = 8, kPostOS = 4, kPostW = kPostND * 128;
-// kPostSlices: tpost_kernel's TAIL (to measure) counts the down
-// projection's parts a slice in sync[1 ..]: C / kPostND slices at most.
-constexpr int kPostSlices = DTK_TMA_POST_SYNC / 8 - 1;
 __host__ __device__ constexpr int post_stage(int XR) { return kPostW + XR * 128; }
 
 // DLLM_MLP_TRACE (scripts/mlp_probe.cu only): thread 0 writes
@@ -1904,7 +1901,7 @@ __device__ inline void part_store(const float (&d)[NJ][4], float *part, int M, i
 // tpost_kernel: see above. has_o: the output projection first (y += ao
 // Wo^T); h and part scratch; y the residual stream, updated in place. x's
 // boxes (ao, y, h) are XR rows: M <= XR.
-template <int ST, int XR = kTmaRows, bool TAIL = false>
+template <int ST, int XR = kTmaRows>
 __global__ void __launch_bounds__(160, 1)
     tpost_kernel(const __grid_constant__ PostMaps maps, bool has_o, __nv_bfloat16 *h, float *part, __nv_bfloat16 *y,
                  unsigned long long *bar, int M, int F, int C, int Ko, float eps) {
@@ -2021,30 +2018,29 @@ __global__ void __launch_bounds__(160, 1)
     if (lane == 0) mbar_arrive(empty0 + 8 * (c % ST));
   };
   const int g = lane / 4, t = lane % 4;
-  // sum4: y's 4 values at (m, col) plus the KS parts' there, in order.
-  auto sum4 = [&](int KS, int m, int col) {
-    float4 v = make_float4(0, 0, 0, 0);
-    for (int q = 0; q < KS; q++) {
-      const float4 p = __ldcg(reinterpret_cast<const float4 *>(part + (size_t(q) * M + m) * C + col));
-      v.x += p.x, v.y += p.y, v.z += p.z, v.w += p.w;
-    }
-    T *o = y + size_t(m) * C + col;
-    const uint2 rr = __ldcg(reinterpret_cast<const uint2 *>(o));
-    const float2 r0 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&rr.x));
-    const float2 r1 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&rr.y));
-    v.x += r0.x, v.y += r0.y, v.z += r1.x, v.w += r1.y;
-    __nv_bfloat162 o2[2] = {__floats2bfloat162_rn(v.x, v.y), __floats2bfloat162_rn(v.z, v.w)};
-    *reinterpret_cast<uint2 *>(o) = *reinterpret_cast<const uint2 *>(o2);
-  };
   // sum_into_y: this CTA's C / G columns of every row, the KS parts summed
   // in order, then the residual, into y.
   auto sum_into_y = [&](int KS) {
     const int per = C / G;
-    for (int u = tid; u < M * (per / 4); u += 128) sum4(KS, u / (per / 4), b * per + 4 * (u % (per / 4)));
+    for (int u = tid; u < M * (per / 4); u += 128) {
+      const int m = u / (per / 4), col = b * per + 4 * (u % (per / 4));
+      float4 v = make_float4(0, 0, 0, 0);
+      for (int q = 0; q < KS; q++) {
+        const float4 p = __ldcg(reinterpret_cast<const float4 *>(part + (size_t(q) * M + m) * C + col));
+        v.x += p.x, v.y += p.y, v.z += p.z, v.w += p.w;
+      }
+      T *o = y + size_t(m) * C + col;
+      const uint2 rr = __ldcg(reinterpret_cast<const uint2 *>(o));
+      const float2 r0 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&rr.x));
+      const float2 r1 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&rr.y));
+      v.x += r0.x, v.y += r0.y, v.z += r1.x, v.w += r1.y;
+      __nv_bfloat162 o2[2] = {__floats2bfloat162_rn(v.x, v.y), __floats2bfloat162_rn(v.z, v.w)};
+      *reinterpret_cast<uint2 *>(o) = *reinterpret_cast<const uint2 *>(o2);
+    }
   };
   dep_wait();
 #ifdef DLLM_MLP_TRACE
-  launch_no = unsigned(ld_acquire_u64(bar) / (uint64_t((has_o ? 4 : 2) - TAIL) * gridDim.x));
+  launch_no = unsigned(ld_acquire_u64(bar) / (uint64_t(has_o ? 4 : 2) * gridDim.x));
   if (g_mlp_trace && tid == 0)
     g_mlp_trace[(size_t(launch_no % kMlpTraceLaunches) * gridDim.x + blockIdx.x) * kMlpTraceMarks] = t_start;
 #endif
@@ -2120,28 +2116,9 @@ __global__ void __launch_bounds__(160, 1)
     MLP_MARK(5);
     part_store(d, part, M, C, rd, nd * ND);
   }
-  if constexpr (TAIL) {
-    // 5. The last of a slice's kPostKS CTAs to store its part sums them
-    // (the same order as sum_into_y); the others leave at once, so that
-    // the next kernel's CTAs take their SMs and fetch its weights before
-    // its PDL wait, instead of after a grid barrier and the sum.
-    asm volatile("bar.sync 1, 128;" ::: "memory");
-    int *last = reinterpret_cast<int *>(red);
-    if (tid == 0) {
-      __threadfence(); // the CTA's parts, before the count
-      const unsigned long long n = atomicAdd(bar + 1 + nd, 1ull);
-      __threadfence(); // the other parts, after it
-      *last = n % kPostKS == kPostKS - 1;
-    }
-    asm volatile("bar.sync 1, 128;" ::: "memory");
-    MLP_MARK(6);
-    if (*last)
-      for (int u = tid; u < M * (ND / 4); u += 128) sum4(kPostKS, u / (ND / 4), nd * ND + 4 * (u % (ND / 4)));
-  } else {
-    grid_sync(bar, G);
-    MLP_MARK(6);
-    sum_into_y(kPostKS);
-  }
+  grid_sync(bar, G);
+  MLP_MARK(6);
+  sum_into_y(kPostKS);
   MLP_MARK(7);
 #ifdef DLLM_MLP_TRACE
   sc.store(launch_no);
@@ -2223,21 +2200,21 @@ int tgemm_gu(const CUtensorMap &wm, const CUtensorMap &xm, __nv_bfloat16 *out, i
 // tpost launches tpost_kernel<ST, XR> over G CTAs, or says DTK_TMA_NO
 // where the device cannot hold them all at once (the grid barriers would
 // wait for ever).
-template <int ST, int XR = kTmaRows, bool TAIL = false>
+template <int ST, int XR = kTmaRows>
 int tpost(const PostMaps &maps, bool has_o, void *h, void *part, void *y, void *bar, int G, int64_t M, int64_t F,
           int64_t C, int64_t Ko, float eps, cudaStream_t s) {
   constexpr size_t smem = tpost_smem<ST, XR>();
   static const bool ok = [&] {
     int dev = 0, sms = 0, per = 0;
-    return cudaFuncSetAttribute(tpost_kernel<ST, XR, TAIL>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) ==
+    return cudaFuncSetAttribute(tpost_kernel<ST, XR>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) ==
                cudaSuccess &&
            cudaGetDevice(&dev) == cudaSuccess &&
            cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
-           cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, tpost_kernel<ST, XR, TAIL>, 160, smem) == cudaSuccess &&
+           cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, tpost_kernel<ST, XR>, 160, smem) == cudaSuccess &&
            per >= 1 && sms >= G;
   }();
   if (!ok) return DTK_TMA_NO;
-  return launch(tpost_kernel<ST, XR, TAIL>, dim3(static_cast<unsigned>(G)), 160, smem, s, maps, has_o,
+  return launch(tpost_kernel<ST, XR>, dim3(static_cast<unsigned>(G)), 160, smem, s, maps, has_o,
                 static_cast<__nv_bfloat16 *>(h), static_cast<float *>(part), static_cast<__nv_bfloat16 *>(y),
                 static_cast<unsigned long long *>(bar), static_cast<int>(M), static_cast<int>(F), static_cast<int>(C),
                 static_cast<int>(Ko), eps);
@@ -2634,14 +2611,6 @@ int dtk_tma_post(int dtype, void *y, const void *ao, const void *wo, int64_t Ko,
   if (xr == 64)
     return tpost<8, 64>(maps, has_o, h, part, y, sync, int(G), M, F, C, has_o ? Ko : 0, eps,
                         static_cast<cudaStream_t>(stream));
-  // DLLM_POST_TAIL=1: tpost_kernel's TAIL (to measure).
-  static const bool tail = [] {
-    const char *e = std::getenv("DLLM_POST_TAIL");
-    return e && std::string(e) == "1";
-  }();
-  if (tail && C / kPostND <= kPostSlices)
-    return tpost<10, kTmaRows, true>(maps, has_o, h, part, y, sync, int(G), M, F, C, has_o ? Ko : 0, eps,
-                                     static_cast<cudaStream_t>(stream));
   return tpost<10>(maps, has_o, h, part, y, sync, int(G), M, F, C, has_o ? Ko : 0, eps,
                    static_cast<cudaStream_t>(stream));
 #else

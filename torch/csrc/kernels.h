@@ -23,7 +23,9 @@ int dtk_rms_norm(int dtype, const void *x, const void *w, void *out, int64_t row
 // Given x (T, C), not null: qkv is the projection of x by weights with an
 // RMSNorm's weight folded into their columns (W diag(w)), so every value is
 // first scaled by x_t's 1 / sqrt(mean(x_t^2) + eps) and rounded: the
-// RMSNorm costs no kernel of its own. x: 16-byte aligned, C % 8 == 0.
+// RMSNorm costs no kernel of its own. x: 16-byte aligned, C % 8 == 0; read
+// after the PDL wait (a TMA GEMM just before lets this kernel launch while
+// x's writer may still run).
 // fold_q != 0: q is written (Hkv, T G, D) instead, G = H / Hkv, head h of
 // token t at key head h / G's row t G + h % G (the decoder's cuDNN path).
 // kside and vside (T, Hkv, D), both or neither: token t's key and value go
@@ -169,13 +171,13 @@ int dtk_tma_gate_up_silu(int dtype, const void *x, const void *w, void *out, int
 // wdown (C, F). scratch:
 // dtk_tma_post_scratch bytes, 16-byte aligned; sync: DTK_TMA_POST_SYNC
 // bytes, 8-byte aligned and zero before the first call, that no other
-// kernel uses while it runs (counts of barrier arrivals). The grid must
+// kernel uses while it runs (a count of barrier arrivals). The grid must
 // be resident at once: it needs an SM for each of F / 48 CTAs, which
 // kernels of other processes sharing the GPU through MPS could hold (set
 // DLLM_POST_FUSED=0 there). DTK_TMA_NO where it does not take the shape
 // or the device; DLLM_POST_FUSED=0 turns it off, 1 leaves the output
 // projection out, DLLM_TMA_64=0 keeps it from 33-64 rows (to measure).
-#define DTK_TMA_POST_SYNC 256
+#define DTK_TMA_POST_SYNC 8
 int dtk_tma_post(int dtype, void *y, const void *ao, const void *wo, int64_t Ko, const void *wgu, const void *wdown,
                  void *scratch, void *sync, int64_t M, int64_t F, int64_t C, float eps, void *stream);
 int64_t dtk_tma_post_scratch(int64_t M, int64_t F, int64_t C);
