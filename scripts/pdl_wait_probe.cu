@@ -12,21 +12,7 @@
 //
 //     nvcc -O2 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o /tmp/pw scripts/pdl_wait_probe.cu && /tmp/pw
 // (or PROBES=pdl_wait_probe.cu TESTS= CTX= scripts/gpu-speed.sh)
-#include <cuda_runtime.h>
-
-#include <algorithm>
-#include <cstdio>
-#include <cstdlib>
-#include <vector>
-
-#define CK(x)                                                                                                    \
-  do {                                                                                                           \
-    auto e_ = (x);                                                                                               \
-    if (e_ != 0) {                                                                                               \
-      std::fprintf(stderr, "%s:%d: %s = %d\n", __FILE__, __LINE__, #x, (int)e_);                               \
-      std::exit(1);                                                                                              \
-    }                                                                                                            \
-  } while (0)
+#include "gpu_probe.cuh" // CK
 
 namespace {
 
