@@ -829,7 +829,6 @@ struct Captured {
   std::vector<at::Tensor> ao; // per layer (T, H*D): attention outputs, graph inputs
   std::vector<at::Tensor> x;  // residual stream after each graph
   at::Tensor hn;              // (T, C) final hidden states
-  at::Tensor slots;           // (layers, DTK_FILL_SLOT) bytes: the QKV kernels' fill slots, or undefined
 };
 #endif
 
@@ -985,23 +984,9 @@ struct Decoder {
   // With own (kernels only) the keys and values go to own_k, own_v instead
   // and their cache rows are zeroed, for attend_cudnn with causal rows.
   at::Tensor pre(DecLayer &ly, const at::Tensor &x, const at::Tensor &positions, bool fold_q = false,
-                 bool own = false, at::Tensor *keep = nullptr, void *slot = nullptr) {
+                 bool own = false, at::Tensor *keep = nullptr) {
     auto Tn = x.size(0);
     bool f = folds(x);
-#ifdef DLLM_KERNELS
-    if (kernels && f && !own && !ly.bqkv.defined() && x.is_contiguous() && ly.wqkv_n.is_contiguous()) {
-      // A block step: the projection with RoPE in its epilogue, one kernel.
-      auto q = at::empty({Tn, H, D}, x.options());
-      int r = dtk_tma_qkv_rope(static_cast<int>(x.scalar_type()), x.data_ptr(), ly.wqkv_n.data_ptr(), cos.data_ptr(),
-                               sin.data_ptr(), positions.data_ptr<int64_t>(), q.data_ptr(), ly.kc.data_ptr(),
-                               ly.vc.data_ptr(), Tn, H, Hkv, D, x.size(1), static_cast<float>(eps), fold_q ? 1 : 0,
-                               slot, stream());
-      if (r != DTK_TMA_NO) {
-        check_launch(r, "qkv rope");
-        return fold_q ? q.view({1, Hkv, Tn * (H / Hkv), D}) : q.unsqueeze(0);
-      }
-    }
-#endif
     auto qkv = ly.bqkv.defined() ? at::linear(norm_(x, ly.n1), ly.wqkv, ly.bqkv)
                : f               ? lin(x, ly.wqkv_n)
                                  : lin_in(x, ly.wqkv, kInNorm, ly.n1); // (T, (H+2Hkv)D)
@@ -1318,25 +1303,17 @@ struct Decoder {
       // memory the caching allocator handed cuDNN's call, which is none
       // that RoPE reads or writes: its outputs are alive then, and so is
       // its input, the QKV output, which the loop below holds until then;
-      // everything older is done once the QKV projection is. Where RoPE is
-      // the projection's epilogue (dtk_tma_qkv_rope) the same holds one
-      // kernel back: it reads x, the weights and the tables, all alive.
+      // everything older is done once the QKV projection is.
       bool fill = bucket.P > 0 && fill_nodes;
-      // The QKV kernels' fill slots (see dtk_graph_fill_memsets), zeroed
-      // before the capture, which would make the zeroing a node of its own.
-      if (fill && fill_lift)
-        c.slots = at::zeros({static_cast<int64_t>(layers.size()), DTK_FILL_SLOT}, embed.options().dtype(at::kByte));
       auto g = std::make_unique<at::cuda::CUDAGraph>(fill);
 #else
       auto g = std::make_unique<at::cuda::CUDAGraph>();
 #endif
       g->capture_begin(pool, cudaStreamCaptureModeThreadLocal);
       auto x = embed.index_select(0, c.ids);
-      for (size_t l = 0; l < layers.size(); l++) {
-        auto &ly = layers[l];
+      for (auto &ly : layers) {
         at::Tensor qkv; // held through cuDNN's call (see fill_lift above)
-        auto q = pre(ly, x, c.pos, bucket.P > 0, bucket.P > 0 && rows > 0, &qkv,
-                     c.slots.defined() ? c.slots[l].data_ptr() : nullptr);
+        auto q = pre(ly, x, c.pos, bucket.P > 0, bucket.P > 0 && rows > 0, &qkv);
         x = post(ly, x, attend_all(ly, q, c.pos, rows, bucket));
       }
       c.hn = norm_(x, norm);

@@ -1580,180 +1580,6 @@ template <int NW, int ST> constexpr size_t tgemm_smem() {
   return 1024 + size_t(ST) * (NW + kTmaRows) * 128 + kTmaRows * NW * 4 + 16 * ST;
 }
 
-// ld_peer1 is the float at shared address a of the cluster's CTA rank.
-__device__ inline float ld_peer1(unsigned a, unsigned rank) {
-  float v = 0;
-#ifdef DLLM_TMA_DEVICE
-  unsigned r;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
-  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(r) : "memory");
-#endif
-  return v;
-}
-
-// FillSlot is n words of value word at dst that tqkv_kernel stores: a
-// memset node of cuDNN's call right after it, folded into it when the
-// graph is made (dtk_graph_fill_memsets); n = 0 for none.
-struct FillSlot {
-  unsigned *dst;
-  unsigned word;
-  int n;
-};
-static_assert(sizeof(FillSlot) == DTK_FILL_SLOT, "kernels.h's DTK_FILL_SLOT");
-
-// tqkv_kernel is a block step's fused QKV projection with what
-// rope_qkv_kernel<bf16, true> does after it in its epilogue (the norm's
-// inverse RMS, RoPE, q's layout and the cache writes), so that no kernel
-// boundary separates the two: tgemm_kernel<64, 4, ST> otherwise. Weight
-// slice nt is half of head nt / 2 (D = 128): its 64 rows are two 32-row
-// boxes, the head's dims 32 m .. 32 m + 31 (m = nt % 2) and their RoPE
-// partners 64 + 32 m .., so each rotation pair is one CTA's. w has the
-// norm's weight folded in (see rope_qkv_kernel's NORM); the copier warp,
-// idle once its copies are issued, sums the squares of x's rows over its
-// K range from the x boxes it staged, and the cluster's ranks meet those
-// sums as they meet the products. Rank r finishes rows 8 r .. 8 r + 7.
-// With slot, it also does the fill slot's stores (one thread).
-template <int ST>
-__global__ void __launch_bounds__(160)
-    tqkv_kernel(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap xmap,
-                const __nv_bfloat16 *cos, const __nv_bfloat16 *sin, const int64_t *pos, __nv_bfloat16 *q,
-                __nv_bfloat16 *kc, __nv_bfloat16 *vc, int M, int H, int Hkv, int K, float eps, bool fold,
-                const FillSlot *slot) {
-#ifdef DLLM_TMA_DEVICE
-  constexpr int NW = 64, KS = 4, D = 128, kW = NW * 128, kStage = kW + kTmaRows * 128; // bytes
-  extern __shared__ __align__(16) unsigned char smem_[];
-  unsigned char *smem =
-      reinterpret_cast<unsigned char *>((reinterpret_cast<uintptr_t>(smem_) + 1023) & ~uintptr_t(1023));
-  float *red = reinterpret_cast<float *>(smem + ST * kStage); // (M, NW) partial products
-  float *ssq = red + kTmaRows * NW;                           // (32) x's rows' squares over this rank's K
-  uint64_t *bars = reinterpret_cast<uint64_t *>(ssq + kTmaRows);
-  const unsigned full0 = smem_u32(bars), empty0 = smem_u32(bars + ST);
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int nt = blockIdx.x, rank = int(cluster_rank()), hd = nt / 2, m = nt % 2;
-  const int CH = K / 64 / KS, k0 = rank * CH * 64, w0 = hd * D + 32 * m;
-
-  ring_init(full0, empty0, ST);
-
-  // 1. What the epilogue's threads (tid < 64: row t, dims 4 g .. 4 g + 3
-  // of each half) need besides the products, read before the wait: the
-  // positions are written when the forward starts (see rope_qkv_kernel).
-  const int t = 8 * rank + tid / 8, g = tid % 8, d1 = 32 * m + 4 * g;
-  const bool fin = tid < 64 && t < M, rot = hd < H + Hkv;
-  // The first CTA's thread 64 does the fill slot's stores (see FillSlot),
-  // read here: written when the graph was made.
-  FillSlot fs = {};
-  if (slot && tid == 64 && blockIdx.x == 0 && blockIdx.y == 0) fs = *slot;
-  int64_t p = 0;
-  uint2 c1 = {}, c2 = {}, s1 = {}, s2 = {};
-  if (fin) {
-    p = pos[t];
-    if (rot) {
-      c1 = *reinterpret_cast<const uint2 *>(cos + p * D + d1), c2 = *reinterpret_cast<const uint2 *>(cos + p * D + d1 + 64);
-      s1 = *reinterpret_cast<const uint2 *>(sin + p * D + d1), s2 = *reinterpret_cast<const uint2 *>(sin + p * D + d1 + 64);
-    }
-  }
-
-  float d[NW / 8][4] = {};
-  if (warp == 4) {
-    // 2. The copier, as tgemm_kernel's, a stage's weights as two boxes;
-    // then the squares of each staged x box's row lane (the 128-byte
-    // swizzle only moves a row's 16-byte chunks; lane l starts at chunk l
-    // so that eight lanes read eight banks' groups).
-    if (lane == 0)
-      for (int c = 0; c < CH && c < ST; c++) {
-        mbar_expect(full0 + 8 * c, kStage);
-        tma_load2d(smem_u32(smem + c * kStage), wmap, k0 + 64 * c, w0, full0 + 8 * c);
-        tma_load2d(smem_u32(smem + c * kStage + kW / 2), wmap, k0 + 64 * c, w0 + 64, full0 + 8 * c);
-      }
-    dep_wait_launch(1);
-    if (lane == 0)
-      for (int c = 0; c < CH && c < ST; c++)
-        tma_load2d(smem_u32(smem + c * kStage + kW), xmap, k0 + 64 * c, 0, full0 + 8 * c);
-    float ss = 0;
-    for (int c = 0; c < CH; c++) {
-      const int s = c % ST;
-      mbar_wait(full0 + 8 * s, (c / ST) & 1);
-      const unsigned char *xr = smem + s * kStage + kW + lane * 128;
-#pragma unroll
-      for (int j = 0; j < 8; j++) {
-        uint4 v = *reinterpret_cast<const uint4 *>(xr + ((j + lane) & 7) * 16);
-        const __nv_bfloat16 *e = reinterpret_cast<const __nv_bfloat16 *>(&v);
-#pragma unroll
-        for (int i = 0; i < 8; i++) ss += f32(e[i]) * f32(e[i]);
-      }
-      __syncwarp();
-      if (lane == 0 && c + ST < CH) {
-        mbar_wait(empty0 + 8 * s, (c / ST) & 1);
-        mbar_expect(full0 + 8 * s, kStage);
-        tma_load2d(smem_u32(smem + s * kStage), wmap, k0 + 64 * (c + ST), w0, full0 + 8 * s);
-        tma_load2d(smem_u32(smem + s * kStage + kW / 2), wmap, k0 + 64 * (c + ST), w0 + 64, full0 + 8 * s);
-        tma_load2d(smem_u32(smem + s * kStage + kW), xmap, k0 + 64 * (c + ST), 0, full0 + 8 * s);
-      }
-      __syncwarp();
-    }
-    ssq[lane] = ss;
-  } else {
-    // 3. The multipliers, as tgemm_kernel's.
-    dep_wait_launch(1);
-    for (int c = 0; c < CH; c++) {
-      const unsigned wb = smem_u32(smem + (c % ST) * kStage);
-      mma_chunk<NW>(d, c, ST, full0, wb, wb + kW);
-      release_prev(c, ST, empty0);
-    }
-    wg_wait(d);
-#pragma unroll
-    for (int j = 0; j < NW / 8; j++)
-#pragma unroll
-      for (int h = 0; h < 2; h++) {
-        const int r = 16 * warp + (lane / 4) + 8 * h;
-        if (r < M) *reinterpret_cast<float2 *>(red + r * NW + 8 * j + 2 * (lane % 4)) = make_float2(d[j][2 * h], d[j][2 * h + 1]);
-      }
-    for (int i = 0; i < fs.n; i++) fs.dst[i] = fs.word; // past the wait: the kernel before is done
-  }
-  cluster_sync();
-  // 4. Row t's sums over the ranks in rank order (the projection's bf16
-  // outputs bit for bit tgemm_kernel's), scaled by the row's inverse RMS
-  // and rotated as rope_qkv_kernel does, to q, the key cache or (not
-  // rotated) the value cache.
-  if (fin) {
-    float4 a = make_float4(0, 0, 0, 0), b = a;
-    float ss = 0;
-    for (int r = 0; r < KS; r++) {
-      const float4 pa = ld_peer4(smem_u32(red + t * NW + 4 * g), r), pb = ld_peer4(smem_u32(red + t * NW + 32 + 4 * g), r);
-      a.x += pa.x, a.y += pa.y, a.z += pa.z, a.w += pa.w;
-      b.x += pb.x, b.y += pb.y, b.z += pb.z, b.w += pb.w;
-      ss += ld_peer1(smem_u32(ssq + t), r);
-    }
-    const float ri = rsqrtf(ss / static_cast<float>(K) + eps);
-    auto in = [&](float v) { return round<__nv_bfloat16>(round<__nv_bfloat16>(v) * ri); };
-    const float x1[4] = {in(a.x), in(a.y), in(a.z), in(a.w)}, x2[4] = {in(b.x), in(b.y), in(b.z), in(b.w)};
-    const __nv_bfloat16 *cc1 = reinterpret_cast<const __nv_bfloat16 *>(&c1), *cc2 = reinterpret_cast<const __nv_bfloat16 *>(&c2);
-    const __nv_bfloat16 *ss1 = reinterpret_cast<const __nv_bfloat16 *>(&s1), *ss2 = reinterpret_cast<const __nv_bfloat16 *>(&s2);
-    __align__(8) __nv_bfloat16 o1[4], o2[4];
-#pragma unroll
-    for (int e = 0; e < 4; e++) {
-      if (rot) { // x*cos + rotate_half(x)*sin with rotate_half(x) = (-x2, x1)
-        o1[e] = cast<__nv_bfloat16>(round<__nv_bfloat16>(x1[e] * f32(cc1[e])) + round<__nv_bfloat16>(-x2[e] * f32(ss1[e])));
-        o2[e] = cast<__nv_bfloat16>(round<__nv_bfloat16>(x2[e] * f32(cc2[e])) + round<__nv_bfloat16>(x1[e] * f32(ss2[e])));
-      } else {
-        o1[e] = cast<__nv_bfloat16>(x1[e]), o2[e] = cast<__nv_bfloat16>(x2[e]);
-      }
-    }
-    // Folded: key head hd / G's row t G + hd % G, as the cuDNN path reads q.
-    const int G = H / Hkv;
-    __nv_bfloat16 *dst = hd < H         ? q + (fold ? (int64_t(hd / G) * M + t) * G + hd % G : int64_t(t) * H + hd) * D
-                         : hd < H + Hkv ? kc + (p * Hkv + hd - H) * D
-                                        : vc + (p * Hkv + hd - H - Hkv) * D;
-    *reinterpret_cast<uint2 *>(dst + d1) = *reinterpret_cast<const uint2 *>(o1);
-    *reinterpret_cast<uint2 *>(dst + d1 + 64) = *reinterpret_cast<const uint2 *>(o2);
-  }
-  cluster_sync(); // peers may still read this CTA's partials
-#else
-  __trap();
-#endif
-}
-template <int ST> constexpr size_t tqkv_smem() { return tgemm_smem<64, ST>() + kTmaRows * 4; }
-
 // x_squares adds to ss[i] the squares of the 16 values of x's row tid / 4
 // + 32 i (< M) that thread tid % 4 takes from a stage's (XR, 64) x box at
 // xs (the 128-byte swizzle only moves a row's 16-byte chunks).
@@ -2371,23 +2197,6 @@ int tgemm_gu(const CUtensorMap &wm, const CUtensorMap &xm, __nv_bfloat16 *out, i
                 static_cast<int>(M), static_cast<int>(F), static_cast<int>(K), eps);
 }
 
-// tqkv launches tqkv_kernel<ST> for the maps: a cluster of four CTAs for
-// each half head.
-template <int ST>
-int tqkv(const CUtensorMap &wm, const CUtensorMap &xm, const void *cos, const void *sin, const int64_t *pos, void *q,
-         void *kc, void *vc, int64_t M, int64_t H, int64_t Hkv, int64_t K, float eps, bool fold, const void *slot,
-         cudaStream_t s) {
-  constexpr size_t smem = tqkv_smem<ST>();
-  static const cudaError_t set =
-      cudaFuncSetAttribute(tqkv_kernel<ST>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-  if (set != cudaSuccess) return set;
-  using B = __nv_bfloat16;
-  return launch_in(tqkv_kernel<ST>, dim3(static_cast<unsigned>(2 * (H + 2 * Hkv)), 4), 160, smem, s, 4u, wm, xm,
-                   static_cast<const B *>(cos), static_cast<const B *>(sin), pos, static_cast<B *>(q),
-                   static_cast<B *>(kc), static_cast<B *>(vc), static_cast<int>(M), static_cast<int>(H),
-                   static_cast<int>(Hkv), static_cast<int>(K), eps, fold, static_cast<const FillSlot *>(slot));
-}
-
 // tpost launches tpost_kernel<ST, XR> over G CTAs, or says DTK_TMA_NO
 // where the device cannot hold them all at once (the grid barriers would
 // wait for ever).
@@ -2623,40 +2432,15 @@ void dtk_tune(int pdl, int splits_cap, int ctas_per_sm, int min_tiles) {
   if (min_tiles > 0) g_min_tiles = min_tiles;
 }
 
-// is_rope says whether f is one of rope_qkv_kernel's instances or
-// tqkv_kernel's, which does RoPE in its epilogue.
+// is_rope says whether f is one of rope_qkv_kernel's instances.
 static bool is_rope(const void *f) {
   for (const void *r : {reinterpret_cast<const void *>(rope_qkv_kernel<__nv_bfloat16, false>),
                         reinterpret_cast<const void *>(rope_qkv_kernel<__nv_bfloat16, true>),
                         reinterpret_cast<const void *>(rope_qkv_kernel<__half, false>),
                         reinterpret_cast<const void *>(rope_qkv_kernel<__half, true>)})
     if (f == r) return true;
-#ifdef DLLM_SM90A
-  if (f == reinterpret_cast<const void *>(tqkv_kernel<8>)) return true;
-#endif
   return false;
 }
-
-// fill_ctas caps a fill kernel's grid: DLLM_FILL_CTAS, to measure (default
-// 1024).
-static size_t fill_ctas() {
-  static const size_t n = [] {
-    const char *e = std::getenv("DLLM_FILL_CTAS");
-    return e && std::atoi(e) > 0 ? size_t(std::atoi(e)) : size_t(1024);
-  }();
-  return n;
-}
-
-#ifdef DLLM_SM90A
-// fill_into: DLLM_FILL_INTO is not 0 (see dtk_graph_fill_memsets).
-static bool fill_into() {
-  static const bool on = [] {
-    const char *e = std::getenv("DLLM_FILL_INTO");
-    return !(e && std::string(e) == "0");
-  }();
-  return on;
-}
-#endif
 
 int dtk_graph_fill_memsets(void *graph, int lift, int *replaced) {
   auto g = static_cast<cudaGraph_t>(graph);
@@ -2698,35 +2482,6 @@ int dtk_graph_fill_memsets(void *graph, int lift, int *replaced) {
             cudaGraphKernelNodeGetParams(i, &rp) != cudaSuccess || !is_rope(rp.func))
           up = false;
       }
-#ifdef DLLM_SM90A
-    // 2a. Right after the one-kernel QKV projection with a fill slot, up to
-    //     four words become that kernel's stores, set in its slot: no node
-    //     (DLLM_FILL_INTO=0 keeps the kernel node, to measure). Safe where
-    //     lifting is: the kernel stores them after its wait.
-    if (up && in.size() == 1 && fill_into() && height == 1 && row_bytes % 4 == 0 && row_bytes <= 16 &&
-        reinterpret_cast<uintptr_t>(dst) % 4 == 0) {
-      cudaKernelNodeParams rp = {};
-      if ((e = cudaGraphKernelNodeGetParams(in[0], &rp)) != cudaSuccess) return e;
-      void *slot = rp.func == reinterpret_cast<void *>(tqkv_kernel<8>) && rp.kernelParams
-                       ? *static_cast<void **>(rp.kernelParams[14])
-                       : nullptr;
-      if (slot) {
-        const FillSlot fs = {reinterpret_cast<unsigned *>(dst), word, static_cast<int>(row_bytes / 4)};
-        if ((e = cudaMemcpy(slot, &fs, sizeof fs, cudaMemcpyHostToDevice)) != cudaSuccess) return e;
-        for (auto o : out) {
-#if CUDART_VERSION >= 13000
-          e = cudaGraphAddDependencies(g, &in[0], &o, nullptr, 1);
-#else
-          e = cudaGraphAddDependencies(g, &in[0], &o, 1);
-#endif
-          if (e != cudaSuccess) return e;
-        }
-        if ((e = cudaGraphDestroyNode(node)) != cudaSuccess) return e;
-        ++*replaced;
-        continue;
-      }
-    }
-#endif
     for (auto i : in) {
       std::vector<cudaGraphNode_t> src{i};
       if (up && (e = graph_neighbours(i, true, src)) != cudaSuccess) return e;
@@ -2737,7 +2492,7 @@ int dtk_graph_fill_memsets(void *graph, int lift, int *replaced) {
     cudaKernelNodeParams kp = {};
     kp.func = reinterpret_cast<void *>(fill_kernel);
     kp.blockDim = dim3(256);
-    kp.gridDim = dim3(static_cast<unsigned>(std::min<size_t>((units + 255) / 256, fill_ctas())));
+    kp.gridDim = dim3(static_cast<unsigned>(std::min<size_t>((units + 255) / 256, 1024)));
     if (std::getenv("DLLM_CAPTURE_LOG"))
       std::fprintf(stderr, "dllm: memset node of %zu bytes (%zu rows) -> fill kernel of %u CTAs%s\n", row_bytes * height,
                    height, kp.gridDim.x, up ? ", lifted" : "");
@@ -2795,31 +2550,6 @@ int dtk_tma_linear(int dtype, const void *x, const void *w, const void *resid, v
   }
 #endif
   return DTK_TMA_NO;
-}
-
-int dtk_tma_qkv_rope(int dtype, const void *x, const void *w, const void *cos, const void *sin, const int64_t *pos,
-                     void *q, void *kcache, void *vcache, int64_t M, int64_t H, int64_t Hkv, int64_t D, int64_t K,
-                     float eps, int fold_q, void *slot, void *stream) {
-  early_launch_init(static_cast<cudaStream_t>(stream));
-#ifdef DLLM_SM90A
-  // DLLM_QKV_ROPE=0 keeps the projection and rope_qkv_kernel apart (to measure).
-  static const bool on = [] {
-    const char *e = std::getenv("DLLM_QKV_ROPE");
-    return !(e && std::string(e) == "0");
-  }();
-  auto aligned8 = [](const void *p) { return (reinterpret_cast<uintptr_t>(p) & 7) == 0; };
-  if (!on || !tma_on() || dtype != kBF16 || M < 1 || M > kTmaRows || D != 128 || Hkv < 1 || H % Hkv != 0 ||
-      K % 256 != 0 || K > 2147483647 || !aligned16(x) || !aligned16(w) || !aligned16(cos) || !aligned16(sin) ||
-      !aligned8(q) || !aligned8(kcache) || !aligned8(vcache))
-    return DTK_TMA_NO;
-  CUtensorMap wm, xm;
-  if (!tmap2d(&wm, w, (H + 2 * Hkv) * D, K, 32) || !tmap2d(&xm, x, M, K, kTmaRows)) return cudaErrorInvalidValue;
-  if (slot && reinterpret_cast<uintptr_t>(slot) % 16 != 0) return cudaErrorInvalidValue;
-  return tqkv<8>(wm, xm, cos, sin, pos, q, kcache, vcache, M, H, Hkv, K, eps, fold_q != 0, slot,
-                 static_cast<cudaStream_t>(stream));
-#else
-  return DTK_TMA_NO;
-#endif
 }
 
 int dtk_tma_gate_up_silu(int dtype, const void *x, const void *w, void *out, int64_t M, int64_t F, int64_t K,

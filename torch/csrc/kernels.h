@@ -147,9 +147,6 @@ int dtk_set_ids(int64_t *ids, int64_t *pos, const int64_t *host_ids, int64_t n, 
 // kernel depends on what the memset's dependencies depend on instead, so
 // that it runs beside them (they then precede the memset's dependents
 // directly): only where what the memset writes is no memory they use.
-// There, after a dtk_tma_qkv_rope kernel given a slot, a memset of up to
-// 16 bytes becomes that kernel's own stores instead (DLLM_FILL_INTO=0
-// keeps the kernel node, to measure).
 int dtk_graph_fill_memsets(void *graph, int lift, int *replaced);
 
 // dtk_tma_linear is out (M, N) = resid + x (M, K) w (N, K)^T (resid may be
@@ -161,19 +158,6 @@ int dtk_graph_fill_memsets(void *graph, int lift, int *replaced);
 #define DTK_TMA_NO (-1)
 int dtk_tma_linear(int dtype, const void *x, const void *w, const void *resid, void *out, int64_t M, int64_t N,
                    int64_t K, void *stream);
-// dtk_tma_qkv_rope is dtk_rope_qkv(x W^T, ..., x, K, eps, fold_q) without
-// kernel sides in one kernel: the Hopper GEMM with RoPE in its epilogue,
-// for the fused QKV weight w ((H + 2 Hkv) D, K) with the RMSNorm's weight
-// folded in; D 128, K a multiple of 256, M at most 32 (a block step). The
-// products' bf16 values are dtk_tma_linear's bit for bit; the inverse RMS
-// sums x's squares in another order. DTK_TMA_NO as dtk_tma_linear;
-// DLLM_QKV_ROPE=0 turns it off, to measure. slot (DTK_FILL_SLOT bytes,
-// 16-byte aligned, zeroed; or NULL): where dtk_graph_fill_memsets may put
-// the memset right after this kernel in a graph, which the kernel then does.
-#define DTK_FILL_SLOT 16
-int dtk_tma_qkv_rope(int dtype, const void *x, const void *w, const void *cos, const void *sin, const int64_t *pos,
-                     void *q, void *kcache, void *vcache, int64_t M, int64_t H, int64_t Hkv, int64_t D, int64_t K,
-                     float eps, int fold_q, void *slot, void *stream);
 // dtk_tma_gate_up_silu is dtk_silu_mul(x W^T, x) for the fused gate-up
 // weight w (2F, K) with the RMSNorm's weight folded in, in one kernel: out
 // (M, F). F a multiple of 48, M at most 32; DTK_TMA_NO as dtk_tma_linear.
