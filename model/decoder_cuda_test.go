@@ -79,6 +79,72 @@ func TestDecoderCUDAMatchesPlainPath(t *testing.T) {
 			checkDecoder(t, cfg, dev, dt, m16, m32, c.prepare)
 		})
 	}
+	// 3. The persistent kernel's QKV phase (the next layer's projection in
+	// the layer before's last kernel) gives the separate GEMM's logits bit
+	// for bit: same products, same split of K, parts summed in order.
+	t.Run("DLLM_QKV_AHEAD=0 same bits", func(t *testing.T) {
+		t.Setenv("DLLM_ATTN_CUDNN", "64")
+		sameBits(t, cfg, m16)
+	})
+}
+
+// sameBits runs the forwards of a block step's life on two decoders of m16,
+// one made with DLLM_QKV_AHEAD=0, and wants the same logits.
+func sameBits(t *testing.T, cfg *Config, m16 *Model) {
+	var ds [2]*Decoder
+	for i, v := range []string{"1", "0"} {
+		t.Setenv("DLLM_QKV_AHEAD", v)
+		d, err := m16.NewDecoder(2048, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.Free()
+		ds[i] = d
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	ids := func(n int) []int64 {
+		out := make([]int64, n)
+		for i := range out {
+			out[i] = rng.Int64N(int64(cfg.VocabSize))
+		}
+		return out
+	}
+	type step struct {
+		name           string
+		n, causal, com int
+	}
+	steps := []step{{"prefill 1000", 1000, 1000, 1000}}
+	for i := 0; i < 3; i++ { // the second of each length captures, the third replays
+		steps = append(steps, step{"block 32", 32, 0, 0}, step{"block 17", 17, 0, 0},
+			step{"commit 32 + block 32", 64, 32, 32})
+	}
+	for _, s := range steps {
+		x := ids(s.n)
+		var r [2][][]float64
+		torch.NoGrad(func() {
+			for i, d := range ds {
+				r[i] = decoderRows(t, d, x, s.causal)
+			}
+		})
+		diff := 0
+		for i := range r[0] {
+			for j := range r[0][i] {
+				if r[0][i][j] != r[1][i][j] {
+					diff++
+				}
+			}
+		}
+		t.Logf("%-22s at %4d: %d logits differ (rel %.2e)", s.name, ds[0].Len, diff, rowRelErr(r[0], r[1]))
+		if diff > 0 {
+			t.Errorf("%s at %d: %d logits differ between DLLM_QKV_AHEAD=1 and 0", s.name, ds[0].Len, diff)
+		}
+		for _, d := range ds {
+			if err := d.Commit(int64(s.com)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	t.Logf("graphs captured: %d and %d", ds[0].Graphs(), ds[1].Graphs())
 }
 
 // checkDecoder runs m16's decoder, m16 and m32 over one context: the three

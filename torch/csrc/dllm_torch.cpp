@@ -867,6 +867,7 @@ struct Decoder {
   bool own_fork = false;    // attend_cudnn's own-key attention on a stream of its own, beside cuDNN's call
   int64_t written = 0;      // the cache slots [written, Max) are zero (the cuDNN path reads past the context)
   at::Tensor post_bar;      // post_fused's barrier count (DTK_TMA_POST_SYNC bytes, zero at first)
+  bool qkv_ahead = false;   // whole-forward graphs: post_fused also runs the next layer's QKV projection
   int graphs = 0;      // capture graphs for query lengths up to this
   std::map<int64_t, int> seen; // forwards per capture key (see forward), before capture
 #ifdef DLLM_CUDA
@@ -983,22 +984,30 @@ struct Decoder {
   // or with fold_q (kernels only) q folded for attend_cudnn: (1, Hkv, T G, D).
   // With own (kernels only) the keys and values go to own_k, own_v instead
   // and their cache rows are zeroed, for attend_cudnn with causal rows.
+  // Given qparts (kernels only), the QKV projection is already done: the
+  // post_fused before left it as partial products of the folded weight.
   at::Tensor pre(DecLayer &ly, const at::Tensor &x, const at::Tensor &positions, bool fold_q = false,
-                 bool own = false, at::Tensor *keep = nullptr) {
+                 bool own = false, at::Tensor *keep = nullptr, const at::Tensor &qparts = at::Tensor()) {
     auto Tn = x.size(0);
     bool f = folds(x);
-    auto qkv = ly.bqkv.defined() ? at::linear(norm_(x, ly.n1), ly.wqkv, ly.bqkv)
-               : f               ? lin(x, ly.wqkv_n)
-                                 : lin_in(x, ly.wqkv, kInNorm, ly.n1); // (T, (H+2Hkv)D)
+#ifdef DLLM_KERNELS
+    TORCH_CHECK(!qparts.defined() || (kernels && f), "decoder: QKV parts without the folded kernels' path");
+#endif
+    auto qkv = qparts.defined() ? qparts
+               : ly.bqkv.defined() ? at::linear(norm_(x, ly.n1), ly.wqkv, ly.bqkv)
+               : f                 ? lin(x, ly.wqkv_n)
+                                   : lin_in(x, ly.wqkv, kInNorm, ly.n1); // (T, (H+2Hkv)D)
 #ifdef DLLM_KERNELS
     if (kernels) {
       if (keep) *keep = qkv;
       auto q = at::empty({Tn, H, D}, x.options());
-      check_launch(dtk_rope_qkv(static_cast<int>(x.scalar_type()), qkv.data_ptr(), cos.data_ptr(), sin.data_ptr(),
-                                positions.data_ptr<int64_t>(), q.data_ptr(), ly.kc.data_ptr(), ly.vc.data_ptr(), Tn,
-                                H, Hkv, D, f ? x.data_ptr() : nullptr, x.size(1), static_cast<float>(eps),
-                                fold_q ? 1 : 0, own ? own_k.data_ptr() : nullptr, own ? own_v.data_ptr() : nullptr,
-                                stream()),
+      bool p = qparts.defined();
+      check_launch(dtk_rope_qkv(static_cast<int>(x.scalar_type()), p ? nullptr : qkv.data_ptr(), cos.data_ptr(),
+                                sin.data_ptr(), positions.data_ptr<int64_t>(), q.data_ptr(), ly.kc.data_ptr(),
+                                ly.vc.data_ptr(), Tn, H, Hkv, D, f ? x.data_ptr() : nullptr, x.size(1),
+                                static_cast<float>(eps), fold_q ? 1 : 0, own ? own_k.data_ptr() : nullptr,
+                                own ? own_v.data_ptr() : nullptr, p ? qparts.data_ptr<float>() : nullptr,
+                                p ? static_cast<int>(qparts.size(0)) : 0, stream()),
                    "rope_qkv");
       return fold_q ? q.view({1, Hkv, Tn * (H / Hkv), D}) : q.unsqueeze(0);
     }
@@ -1217,8 +1226,12 @@ struct Decoder {
   // projection when ao is given, gate-up and down; the TMA kernels' work
   // with each phase's weights fetched before the phase before ends) where
   // it takes the shape: a block step's rows on a Hopper with an SM for each
-  // of its CTAs. False: nothing ran.
-  bool post_fused(DecLayer &ly, const at::Tensor &x, const at::Tensor &ao) {
+  // of its CTAs. False: nothing ran. Given next (the following layer) and
+  // qparts, the kernel also runs next's QKV projection of the new x where
+  // it can and leaves its partial products in *qparts for pre; else
+  // *qparts stays undefined.
+  bool post_fused(DecLayer &ly, const at::Tensor &x, const at::Tensor &ao, const DecLayer *next = nullptr,
+                  at::Tensor *qparts = nullptr) {
 #ifdef DLLM_KERNELS
     // Past 64 rows (prefill) the kernel never runs: no scratch for it then.
     if (!kernels || !post_bar.defined() || x.size(0) > 64 || !x.is_contiguous() || !ly.wgu_n.is_contiguous() ||
@@ -1226,9 +1239,20 @@ struct Decoder {
       return false;
     auto M = x.size(0), C = x.size(1), F = ly.wdown.size(1);
     auto scratch = at::empty({dtk_tma_post_scratch(M, F, C)}, x.options().dtype(at::kByte));
-    int r = dtk_tma_post(static_cast<int>(x.scalar_type()), x.data_ptr(), ao.defined() ? ao.data_ptr() : nullptr,
-                         ly.wo.data_ptr(), ly.wo.size(1), ly.wgu_n.data_ptr(), ly.wdown.data_ptr(), scratch.data_ptr(),
-                         post_bar.data_ptr(), M, F, C, static_cast<float>(eps), stream());
+    auto run = [&](const at::Tensor &wq, const at::Tensor &qp) {
+      return dtk_tma_post(static_cast<int>(x.scalar_type()), x.data_ptr(), ao.defined() ? ao.data_ptr() : nullptr,
+                          ly.wo.data_ptr(), ly.wo.size(1), ly.wgu_n.data_ptr(), ly.wdown.data_ptr(),
+                          wq.defined() ? wq.data_ptr() : nullptr, wq.defined() ? wq.size(0) : 0,
+                          qp.defined() ? qp.data_ptr() : nullptr, scratch.data_ptr(), post_bar.data_ptr(), M, F, C,
+                          static_cast<float>(eps), stream());
+    };
+    int r = DTK_TMA_NO;
+    if (next && qparts && !next->bqkv.defined() && next->wqkv_n.defined() && next->wqkv_n.is_contiguous()) {
+      auto qp = at::empty({DTK_TMA_POST_QPARTS, M, next->wqkv_n.size(0)}, x.options().dtype(at::kFloat));
+      r = run(next->wqkv_n, qp);
+      if (r != DTK_TMA_NO) *qparts = qp;
+    }
+    if (r == DTK_TMA_NO) r = run(at::Tensor(), at::Tensor());
     if (r == DTK_TMA_NO) return false;
     check_launch(r, "tma post");
     return true;
@@ -1241,11 +1265,13 @@ struct Decoder {
   // which it updates in place (the residual adds ride in the matmuls) and
   // returns. In place is safe: nothing reads a layer's input after its
   // post (a forward's graphs all hand the one residual buffer on).
-  at::Tensor post(DecLayer &ly, const at::Tensor &x, const at::Tensor &ao) {
-    if (folds(x) && post_fused(ly, x, ao)) return x;
+  // Given next and qparts: see post_fused.
+  at::Tensor post(DecLayer &ly, const at::Tensor &x, const at::Tensor &ao, const DecLayer *next = nullptr,
+                  at::Tensor *qparts = nullptr) {
+    if (folds(x) && post_fused(ly, x, ao, next, qparts)) return x;
     auto y = lin(ao, ly.wo, x);
     if (folds(y)) {
-      if (post_fused(ly, y, at::Tensor())) return y;
+      if (post_fused(ly, y, at::Tensor(), next, qparts)) return y;
       return lin(gate_up_silu(y, ly.wgu_n), ly.wdown, y);
     }
     auto gu = lin_in(y, ly.wgu, kInNorm, ly.n2); // (T, 2F)
@@ -1311,10 +1337,14 @@ struct Decoder {
 #endif
       g->capture_begin(pool, cudaStreamCaptureModeThreadLocal);
       auto x = embed.index_select(0, c.ids);
-      for (auto &ly : layers) {
+      at::Tensor qparts; // the next layer's QKV projection, from the layer before's post (qkv_ahead)
+      for (size_t l = 0; l < layers.size(); l++) {
+        auto &ly = layers[l];
         at::Tensor qkv; // held through cuDNN's call (see fill_lift above)
-        auto q = pre(ly, x, c.pos, bucket.P > 0, bucket.P > 0 && rows > 0, &qkv);
-        x = post(ly, x, attend_all(ly, q, c.pos, rows, bucket));
+        auto q = pre(ly, x, c.pos, bucket.P > 0, bucket.P > 0 && rows > 0, &qkv, qparts);
+        qparts = at::Tensor();
+        const DecLayer *next = qkv_ahead && l + 1 < layers.size() ? &layers[l + 1] : nullptr;
+        x = post(ly, x, attend_all(ly, q, c.pos, rows, bucket), next, next ? &qparts : nullptr);
       }
       c.hn = norm_(x, norm);
       g->capture_end();
@@ -1626,6 +1656,10 @@ dt_err dt_decoder_new(dt_tensor embed, dt_tensor norm, dt_tensor head, const dt_
     d->kernels = cuda && (st == at::kBFloat16 || st == at::kHalf) && d->D % 2 == 0 && d->D <= 2048 &&
                  d->cos.is_contiguous() && d->cos.scalar_type() == st;
     if (d->kernels) d->post_bar = at::zeros({DTK_TMA_POST_SYNC / 8}, d->embed.options().dtype(at::kLong));
+    // DLLM_QKV_AHEAD=0 keeps each layer's QKV projection a kernel of its
+    // own instead of the persistent kernel's last phase (to measure).
+    const char *qa = std::getenv("DLLM_QKV_AHEAD");
+    d->qkv_ahead = d->kernels && !(qa && std::string(qa) == "0");
     // DLLM_GEMV=0 keeps cuBLAS for every matmul (to measure the difference).
     const char *g = std::getenv("DLLM_GEMV");
     d->gemv = d->kernels && !(g && std::string(g) == "0");

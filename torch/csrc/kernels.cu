@@ -226,7 +226,7 @@ template <typename T> __device__ inline float inv_rms(const T *x, int C, float e
 template <typename T, bool NORM>
 __global__ void rope_qkv_kernel(const T *qkv, const T *cos, const T *sin, const int64_t *pos, T *q, T *kc, T *vc,
                                 int64_t H, int64_t Hkv, int64_t D, const T *x, int C, float eps, bool fold, T *ks,
-                                T *vs) {
+                                T *vs, const float *parts, int nparts) {
   const int64_t t = blockIdx.x, half = D / 2, i = threadIdx.x % half;
   const int64_t h = int64_t(blockIdx.y) * (blockDim.x / half) + threadIdx.x / half;
   const bool spare = h >= H + 2 * Hkv, value = !spare && h >= H + Hkv; // spare: the last block's extra heads
@@ -249,7 +249,16 @@ __global__ void rope_qkv_kernel(const T *qkv, const T *cos, const T *sin, const 
   const float r = NORM ? inv_rms(x + t * C, C, eps) : 1.0f; // every thread: block_sum's barriers
   if (spare) return;
   const T *src = qkv + (t * (H + 2 * Hkv) + h) * D;
-  auto in = [&](int64_t j) { return NORM ? round<T>(f32(src[j]) * r) : f32(src[j]); };
+  // From parts: the projection's value is their sum in order, rounded, as
+  // the split-K GEMM's cluster sums them.
+  const int64_t N = (H + 2 * Hkv) * D, T_ = gridDim.x;
+  auto raw = [&](int64_t j) {
+    if (!parts) return f32(src[j]);
+    float v = 0;
+    for (int p_ = 0; p_ < nparts; p_++) v += __ldcg(parts + (p_ * T_ + t) * N + h * D + j);
+    return round<T>(v);
+  };
+  auto in = [&](int64_t j) { return NORM ? round<T>(raw(j) * r) : raw(j); };
   // A key or value head's cache row, and where the head goes.
   const int64_t kv = value ? h - H - Hkv : h - H;
   T *cache = h < H ? nullptr : (value ? vc : kc) + (p * Hkv + kv) * D;
@@ -477,13 +486,13 @@ template <typename T> int rms_norm(const void *x, const void *w, void *out, int6
 template <typename T>
 int rope_qkv(const void *qkv, const void *cos, const void *sin, const int64_t *pos, void *q, void *kc, void *vc,
              int64_t Tn, int64_t H, int64_t Hkv, int64_t D, const void *x, int64_t C, float eps, bool fold, void *ks,
-             void *vs, cudaStream_t s) {
+             void *vs, const float *parts, int nparts, cudaStream_t s) {
   if (!x) {
     dim3 grid(Tn, H + 2 * Hkv);
     return launch(rope_qkv_kernel<T, false>, grid, static_cast<unsigned>(D / 2), 0, s, static_cast<const T *>(qkv),
                   static_cast<const T *>(cos), static_cast<const T *>(sin), pos, static_cast<T *>(q),
                   static_cast<T *>(kc), static_cast<T *>(vc), H, Hkv, D, static_cast<const T *>(nullptr), 0, eps,
-                  fold, static_cast<T *>(ks), static_cast<T *>(vs));
+                  fold, static_cast<T *>(ks), static_cast<T *>(vs), parts, nparts);
   }
   // Several heads a block, so that fewer blocks each read x's row.
   int64_t hb = D / 2 >= 256 ? 1 : 256 / (D / 2), heads = H + 2 * Hkv;
@@ -491,7 +500,8 @@ int rope_qkv(const void *qkv, const void *cos, const void *sin, const int64_t *p
   return launch(rope_qkv_kernel<T, true>, grid, static_cast<unsigned>(hb * (D / 2)), 0, s,
                 static_cast<const T *>(qkv), static_cast<const T *>(cos), static_cast<const T *>(sin), pos,
                 static_cast<T *>(q), static_cast<T *>(kc), static_cast<T *>(vc), H, Hkv, D,
-                static_cast<const T *>(x), static_cast<int>(C), eps, fold, static_cast<T *>(ks), static_cast<T *>(vs));
+                static_cast<const T *>(x), static_cast<int>(C), eps, fold, static_cast<T *>(ks), static_cast<T *>(vs),
+                parts, nparts);
 }
 
 template <typename T>
@@ -1422,6 +1432,15 @@ template <> __device__ inline void wgmma_ss<64>(float (&d)[8][4], uint64_t a, ui
                : "l"(a), "l"(b), "r"(1));
 #endif
 }
+template <> __device__ inline void wgmma_ss<80>(float (&d)[10][4], uint64_t a, uint64_t b) {
+#ifdef DLLM_TMA_DEVICE
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %42, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n80k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39}, "
+               "%40, %41, p, 1, 1, 0, 0;\n}\n"
+               : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3])
+               : "l"(a), "l"(b), "r"(1));
+#endif
+}
 template <> __device__ inline void wgmma_ss<96>(float (&d)[12][4], uint64_t a, uint64_t b) {
 #ifdef DLLM_TMA_DEVICE
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %50, 0;\n"
@@ -1813,6 +1832,9 @@ __device__ inline void grid_sync(unsigned long long *bar, unsigned n) {
 // 64) at kPostW; gate-up's two (48, 64) boxes take 96 of the 128 rows,
 // the output projection's one 64.
 constexpr int kPostND = 128, kPostKS = 8, kPostOS = 4, kPostW = kPostND * 128;
+// The next layer's QKV projection as the last phase: 80-row slices, K in
+// four parts (MiniCPM5-2B's 2560 rows: 32 slices, 128 CTAs).
+constexpr int kPostNQ = 80, kPostQS = DTK_TMA_POST_QPARTS;
 __host__ __device__ constexpr int post_stage(int XR) { return kPostW + XR * 128; }
 
 // DLLM_MLP_TRACE (scripts/mlp_probe.cu only): thread 0 writes
@@ -1878,6 +1900,7 @@ struct PostMaps {
   CUtensorMap o, ao; // output projection (C, Ko) in (64, 64) boxes; attention output (M, Ko)
   CUtensorMap gu, x; // gate-up (2F, C) in (48, 64) boxes; the residual stream y (M, C)
   CUtensorMap dn, h; // down (C, F) in (128, 64) boxes; gate-up's outputs (M, F)
+  CUtensorMap q;     // the next layer's folded QKV weight (Nq, C) in (80, 64) boxes (read with has_q)
 };
 
 // part_store writes the accumulator rows < M (warp w holds rows 16 w ..,
@@ -1900,11 +1923,16 @@ __device__ inline void part_store(const float (&d)[NJ][4], float *part, int M, i
 
 // tpost_kernel: see above. has_o: the output projection first (y += ao
 // Wo^T); h and part scratch; y the residual stream, updated in place. x's
-// boxes (ao, y, h) are XR rows: M <= XR.
+// boxes (ao, y, h) are XR rows: M <= XR. With qpart: after a third barrier
+// the next layer's QKV projection of the new y, its folded weight (Nq, C)
+// fetched while the down projection and its sum run, as float32 partial
+// products over K (kPostQS, M, Nq) that dtk_rope_qkv sums: the QKV
+// GEMM's kernel and its boundary go (the next kernel, RoPE, is small
+// enough to wait on this grid's SMs).
 template <int ST, int XR = kTmaRows>
 __global__ void __launch_bounds__(160, 1)
     tpost_kernel(const __grid_constant__ PostMaps maps, bool has_o, __nv_bfloat16 *h, float *part, __nv_bfloat16 *y,
-                 unsigned long long *bar, int M, int F, int C, int Ko, float eps) {
+                 unsigned long long *bar, int M, int F, int C, int Ko, float eps, float *qpart, int Nq) {
 #ifdef DLLM_TMA_DEVICE
   using T = __nv_bfloat16;
   constexpr int NH = 48, NG = 2 * NH, NO = 64, ND = kPostND, kH = NH * 128, kW = kPostW, RS = NG + 8;
@@ -1928,6 +1956,9 @@ __global__ void __launch_bounds__(160, 1)
   const int CHo = has_o ? Ko / 64 / kPostOS : 0, no = b / kPostOS, ro = b % kPostOS, ko0 = ro * CHo * 64;
   const int CHg = C / 64, j0 = b * NH, cg = CHo;
   const int CHd = F / 64 / kPostKS, nd = b / kPostKS, rd = b % kPostKS, kd0 = rd * CHd * 64, cd = CHo + CHg;
+  const bool has_q = qpart != nullptr;
+  const int CHq = has_q ? C / 64 / kPostQS : 0, nq = b / kPostQS, rq = b % kPostQS, kq0 = rq * CHq * 64,
+            cq = cd + CHd;
   auto stage = [&](int c) { return smem_u32(smem + (c % ST) * kStage); };
   auto full = [&](int c) { return full0 + 8 * (c % ST); };
 #ifdef DLLM_MLP_TRACE
@@ -1966,6 +1997,11 @@ __global__ void __launch_bounds__(160, 1)
       mbar_expect(full(c), kDnBytes);
       tma_load2d(stage(c), maps.dn, kd0 + 64 * i, nd * ND, full(c));
     };
+    auto q_w = [&](int j) {
+      const int c = cq + j;
+      mbar_expect(full(c), kPostNQ * 128 + XR * 128);
+      tma_load2d(stage(c), maps.q, kq0 + 64 * j, nq * kPostNQ, full(c));
+    };
     const int preg = min(ST, CHg), pred = min(ST, CHd);
     int g_issued = 0;
     if (lane == 0) {
@@ -1999,8 +2035,19 @@ __global__ void __launch_bounds__(160, 1)
         dn_w(i);
         tma_load2d(stage(cd + i) + kW, maps.h, kd0 + 64 * i, 0, full(cd + i));
       }
+      // The QKV weights take the stages the down projection's first chunks
+      // free; y's boxes come after its sum (named barrier 4).
+      for (int j = 0; j < CHq; j++) wait_free(cq + j), q_w(j);
     }
     __syncwarp();
+    if (has_q) {
+      asm volatile("bar.sync 4, 160;" ::: "memory");
+      if (lane == 0) {
+        proxy_fence_global();
+        for (int j = 0; j < CHq; j++) tma_load2d(stage(cq + j) + kW, maps.x, kq0 + 64 * j, 0, full(cq + j));
+      }
+      __syncwarp();
+    }
     return;
   }
 
@@ -2040,7 +2087,7 @@ __global__ void __launch_bounds__(160, 1)
   };
   dep_wait();
 #ifdef DLLM_MLP_TRACE
-  launch_no = unsigned(ld_acquire_u64(bar) / (uint64_t(has_o ? 4 : 2) * gridDim.x));
+  launch_no = unsigned(ld_acquire_u64(bar) / (uint64_t((has_o ? 4 : 2) + (has_q ? 1 : 0)) * gridDim.x));
   if (g_mlp_trace && tid == 0)
     g_mlp_trace[(size_t(launch_no % kMlpTraceLaunches) * gridDim.x + blockIdx.x) * kMlpTraceMarks] = t_start;
 #endif
@@ -2114,12 +2161,28 @@ __global__ void __launch_bounds__(160, 1)
     }
     wg_wait(d);
     MLP_MARK(5);
+    if (has_q) rel_last(cd + CHd - 1);
     part_store(d, part, M, C, rd, nd * ND);
   }
   grid_sync(bar, G);
   MLP_MARK(6);
   sum_into_y(kPostKS);
   MLP_MARK(7);
+
+  // 5. The next layer's QKV projection of y (its parts; RoPE sums them).
+  if (has_q) {
+    proxy_fence_global(); // y is read by other CTAs' TMA copies
+    grid_sync(bar, G);
+    asm volatile("bar.sync 4, 160;" ::: "memory");
+    float d[kPostNQ / 8][4] = {};
+    for (int j = 0; j < CHq; j++) {
+      const int c = cq + j;
+      mma_chunk<kPostNQ>(d, c, ST, full0, stage(c), stage(c) + kW);
+      rel(c, j == 0);
+    }
+    wg_wait(d);
+    part_store(d, qpart, M, Nq, rq, nq * kPostNQ);
+  }
 #ifdef DLLM_MLP_TRACE
   sc.store(launch_no);
 #endif
@@ -2202,7 +2265,7 @@ int tgemm_gu(const CUtensorMap &wm, const CUtensorMap &xm, __nv_bfloat16 *out, i
 // wait for ever).
 template <int ST, int XR = kTmaRows>
 int tpost(const PostMaps &maps, bool has_o, void *h, void *part, void *y, void *bar, int G, int64_t M, int64_t F,
-          int64_t C, int64_t Ko, float eps, cudaStream_t s) {
+          int64_t C, int64_t Ko, float eps, float *qpart, int64_t Nq, cudaStream_t s) {
   constexpr size_t smem = tpost_smem<ST, XR>();
   static const bool ok = [&] {
     int dev = 0, sms = 0, per = 0;
@@ -2217,7 +2280,7 @@ int tpost(const PostMaps &maps, bool has_o, void *h, void *part, void *y, void *
   return launch(tpost_kernel<ST, XR>, dim3(static_cast<unsigned>(G)), 160, smem, s, maps, has_o,
                 static_cast<__nv_bfloat16 *>(h), static_cast<float *>(part), static_cast<__nv_bfloat16 *>(y),
                 static_cast<unsigned long long *>(bar), static_cast<int>(M), static_cast<int>(F), static_cast<int>(C),
-                static_cast<int>(Ko), eps);
+                static_cast<int>(Ko), eps, qpart, static_cast<int>(Nq));
 }
 
 // TmaStages is how many copy stages each TMA GEMM's ring holds: more
@@ -2277,16 +2340,17 @@ static bool x_ok(const void *x, int64_t C, int dtype) {
 
 int dtk_rope_qkv(int dtype, const void *qkv, const void *cos, const void *sin, const int64_t *pos, void *q,
                  void *kcache, void *vcache, int64_t T, int64_t H, int64_t Hkv, int64_t D, const void *x, int64_t C,
-                 float eps, int fold_q, void *kside, void *vside, void *stream) {
+                 float eps, int fold_q, void *kside, void *vside, const float *parts, int nparts, void *stream) {
   auto s = static_cast<cudaStream_t>(stream);
-  if (D % 2 != 0 || D / 2 > 1024 || (x && !x_ok(x, C, dtype)) || Hkv < 1 || H % Hkv != 0 || !kside != !vside)
+  if (D % 2 != 0 || D / 2 > 1024 || (x && !x_ok(x, C, dtype)) || Hkv < 1 || H % Hkv != 0 || !kside != !vside ||
+      (parts && nparts < 1) || (!parts && !qkv))
     return cudaErrorInvalidValue;
   if (dtype == kBF16)
     return rope_qkv<__nv_bfloat16>(qkv, cos, sin, pos, q, kcache, vcache, T, H, Hkv, D, x, C, eps, fold_q != 0,
-                                   kside, vside, s);
+                                   kside, vside, parts, nparts, s);
   if (dtype == kF16)
     return rope_qkv<__half>(qkv, cos, sin, pos, q, kcache, vcache, T, H, Hkv, D, x, C, eps, fold_q != 0, kside,
-                            vside, s);
+                            vside, parts, nparts, s);
   return cudaErrorInvalidValue;
 }
 
@@ -2580,7 +2644,8 @@ int dtk_tma_gate_up_silu(int dtype, const void *x, const void *w, void *out, int
 }
 
 int dtk_tma_post(int dtype, void *y, const void *ao, const void *wo, int64_t Ko, const void *wgu, const void *wdown,
-                 void *scratch, void *sync, int64_t M, int64_t F, int64_t C, float eps, void *stream) {
+                 const void *wqkv, int64_t Nq, void *qpart, void *scratch, void *sync, int64_t M, int64_t F, int64_t C,
+                 float eps, void *stream) {
   early_launch_init(static_cast<cudaStream_t>(stream));
 #ifdef DLLM_SM90A
   // DLLM_POST_FUSED: 0 off, 1 the MLP only, 2 (default) with the output
@@ -2601,21 +2666,28 @@ int dtk_tma_post(int dtype, void *y, const void *ao, const void *wo, int64_t Ko,
       !aligned16(y) || !aligned16(wgu) || !aligned16(wdown) || !aligned16(scratch) || !sync ||
       reinterpret_cast<uintptr_t>(sync) % 8 != 0)
     return DTK_TMA_NO;
+  // The next layer's QKV phase: a block step's rows, a slice and K part for
+  // each CTA.
+  if (wqkv && (xr != kTmaRows || !qpart || Nq % kPostNQ != 0 || Nq / kPostNQ * kPostQS != G ||
+               (C / 64) % kPostQS != 0 || !aligned16(wqkv) || !aligned16(qpart)))
+    return DTK_TMA_NO;
   auto h = static_cast<char *>(scratch);
   auto part = h + M * F * 2;
   PostMaps maps;
   if ((has_o && (!tmap2d(&maps.o, wo, C, Ko, 64) || !tmap2d(&maps.ao, ao, M, Ko, xr))) ||
       !tmap2d(&maps.gu, wgu, 2 * F, C, 48) || !tmap2d(&maps.x, y, M, C, xr) ||
-      !tmap2d(&maps.dn, wdown, C, F, kPostND) || !tmap2d(&maps.h, h, M, F, xr))
+      !tmap2d(&maps.dn, wdown, C, F, kPostND) || !tmap2d(&maps.h, h, M, F, xr) ||
+      (wqkv && !tmap2d(&maps.q, wqkv, Nq, C, kPostNQ)))
     return cudaErrorInvalidValue;
   if (!has_o) maps.o = maps.ao = maps.x; // unread
+  if (!wqkv) maps.q = maps.x;
   // A fused commit's 64 rows: 8 stages (the output projection's 8 chunks a
   // CTA, fetched at once), as 10 of 24 KB do not fit.
   if (xr == 64)
-    return tpost<8, 64>(maps, has_o, h, part, y, sync, int(G), M, F, C, has_o ? Ko : 0, eps,
+    return tpost<8, 64>(maps, has_o, h, part, y, sync, int(G), M, F, C, has_o ? Ko : 0, eps, nullptr, 0,
                         static_cast<cudaStream_t>(stream));
   return tpost<10>(maps, has_o, h, part, y, sync, int(G), M, F, C, has_o ? Ko : 0, eps,
-                   static_cast<cudaStream_t>(stream));
+                   wqkv ? static_cast<float *>(qpart) : nullptr, Nq, static_cast<cudaStream_t>(stream));
 #else
   return DTK_TMA_NO;
 #endif

@@ -30,9 +30,12 @@ int dtk_rms_norm(int dtype, const void *x, const void *w, void *out, int64_t row
 // token t at key head h / G's row t G + h % G (the decoder's cuDNN path).
 // kside and vside (T, Hkv, D), both or neither: token t's key and value go
 // to their row t instead, and the caches' rows pos[t] are zeroed.
+// parts (nparts, T, (H + 2 Hkv) D) float32, when not null, stand for qkv
+// (which may then be null): its values are their sum in part order,
+// rounded (dtk_tma_post's QKV phase).
 int dtk_rope_qkv(int dtype, const void *qkv, const void *cos, const void *sin, const int64_t *pos, void *q,
                  void *kcache, void *vcache, int64_t T, int64_t H, int64_t Hkv, int64_t D, const void *x, int64_t C,
-                 float eps, int fold_q, void *kside, void *vside, void *stream);
+                 float eps, int fold_q, void *kside, void *vside, const float *parts, int nparts, void *stream);
 
 // out (T, F) = silu(gu[:, :F]) * gu[:, F:], rounding after the SiLU as
 // at::silu followed by a product does. Given x (T, C), not null, gate and
@@ -168,7 +171,11 @@ int dtk_tma_gate_up_silu(int dtype, const void *x, const void *w, void *out, int
 // persistent kernel (grid barriers; up to 32 rows the TMA kernels' results
 // bit for bit): y += ao wo^T when ao (M, Ko) is given (wo (C, Ko)), then
 // y += down(dtk_tma_gate_up_silu(y, wgu)) with wgu (2F, C) as there and
-// wdown (C, F). scratch:
+// wdown (C, F). Given wqkv (Nq, C), the next layer's folded QKV weight,
+// it then also writes that layer's QKV projection of the new y as
+// DTK_TMA_POST_QPARTS partial products over K to qpart (DTK_TMA_POST_QPARTS,
+// M, Nq) float32, 16-byte aligned, for dtk_rope_qkv (up to 32 rows, Nq
+// / 80 * 4 == F / 48; else DTK_TMA_NO). scratch:
 // dtk_tma_post_scratch bytes, 16-byte aligned; sync: DTK_TMA_POST_SYNC
 // bytes, 8-byte aligned and zero before the first call, that no other
 // kernel uses while it runs (a count of barrier arrivals). The grid must
@@ -178,8 +185,10 @@ int dtk_tma_gate_up_silu(int dtype, const void *x, const void *w, void *out, int
 // or the device; DLLM_POST_FUSED=0 turns it off, 1 leaves the output
 // projection out, DLLM_TMA_64=0 keeps it from 33-64 rows (to measure).
 #define DTK_TMA_POST_SYNC 8
+#define DTK_TMA_POST_QPARTS 4
 int dtk_tma_post(int dtype, void *y, const void *ao, const void *wo, int64_t Ko, const void *wgu, const void *wdown,
-                 void *scratch, void *sync, int64_t M, int64_t F, int64_t C, float eps, void *stream);
+                 const void *wqkv, int64_t Nq, void *qpart, void *scratch, void *sync, int64_t M, int64_t F, int64_t C,
+                 float eps, void *stream);
 int64_t dtk_tma_post_scratch(int64_t M, int64_t F, int64_t C);
 
 #ifdef __cplusplus
