@@ -867,7 +867,7 @@ struct Decoder {
   bool own_fork = false;    // attend_cudnn's own-key attention on a stream of its own, beside cuDNN's call
   int64_t written = 0;      // the cache slots [written, Max) are zero (the cuDNN path reads past the context)
   at::Tensor post_bar;      // post_fused's barrier count (DTK_TMA_POST_SYNC bytes, zero at first)
-  bool qkv_ahead = false;   // whole-forward graphs: post_fused also runs the next layer's QKV projection
+  int64_t qkv_ahead = 0;    // whole-forward graphs of up to this many rows: post_fused also runs the next layer's QKV projection
   int graphs = 0;      // capture graphs for query lengths up to this
   std::map<int64_t, int> seen; // forwards per capture key (see forward), before capture
 #ifdef DLLM_CUDA
@@ -1343,7 +1343,7 @@ struct Decoder {
         at::Tensor qkv; // held through cuDNN's call (see fill_lift above)
         auto q = pre(ly, x, c.pos, bucket.P > 0, bucket.P > 0 && rows > 0, &qkv, qparts);
         qparts = at::Tensor();
-        const DecLayer *next = qkv_ahead && l + 1 < layers.size() ? &layers[l + 1] : nullptr;
+        const DecLayer *next = Tn <= qkv_ahead && l + 1 < layers.size() ? &layers[l + 1] : nullptr;
         x = post(ly, x, attend_all(ly, q, c.pos, rows, bucket), next, next ? &qparts : nullptr);
       }
       c.hn = norm_(x, norm);
@@ -1657,9 +1657,10 @@ dt_err dt_decoder_new(dt_tensor embed, dt_tensor norm, dt_tensor head, const dt_
                  d->cos.is_contiguous() && d->cos.scalar_type() == st;
     if (d->kernels) d->post_bar = at::zeros({DTK_TMA_POST_SYNC / 8}, d->embed.options().dtype(at::kLong));
     // DLLM_QKV_AHEAD=0 keeps each layer's QKV projection a kernel of its
-    // own instead of the persistent kernel's last phase (to measure).
+    // own instead of the persistent kernel's last phase, =32 only in
+    // forwards of up to 32 rows (to measure).
     const char *qa = std::getenv("DLLM_QKV_AHEAD");
-    d->qkv_ahead = d->kernels && !(qa && std::string(qa) == "0");
+    d->qkv_ahead = !d->kernels ? 0 : qa && *qa ? std::atoll(qa) : 64;
     // DLLM_GEMV=0 keeps cuBLAS for every matmul (to measure the difference).
     const char *g = std::getenv("DLLM_GEMV");
     d->gemv = d->kernels && !(g && std::string(g) == "0");

@@ -214,6 +214,8 @@ template <typename T> __device__ inline float inv_rms(const T *x, int C, float e
   return rsqrtf(block_sum(ss) / static_cast<float>(C) + eps);
 }
 
+constexpr int kRopeParts = 4; // dtk_rope_qkv's parts at most
+
 // Grid (T, heads / (blockDim / (D/2))): each block takes token t and
 // blockDim / (D/2) consecutive heads of the fused output, D/2 threads a
 // head, each rotating the pair (i, i + D/2). NORM: qkv is the projection of
@@ -246,34 +248,46 @@ __global__ void rope_qkv_kernel(const T *qkv, const T *cos, const T *sin, const 
   }
   dep_wait();
   dep_launch();
+  // The projection's two values this thread takes, loaded before x's sum
+  // of squares so that the loads overlap. From parts: their sum in order,
+  // rounded, as the split-K GEMM's cluster sums them.
+  float v1 = 0, v2 = 0;
+  if (!spare) {
+    if (parts) {
+      const int64_t N = (H + 2 * Hkv) * D, T_ = gridDim.x;
+      const float *p0 = parts + t * N + h * D;
+      float a1[kRopeParts], a2[kRopeParts];
+#pragma unroll
+      for (int q = 0; q < kRopeParts; q++)
+        if (q < nparts) a1[q] = __ldcg(p0 + q * T_ * N + i), a2[q] = __ldcg(p0 + q * T_ * N + i + half);
+#pragma unroll
+      for (int q = 0; q < kRopeParts; q++)
+        if (q < nparts) v1 += a1[q], v2 += a2[q];
+      v1 = round<T>(v1), v2 = round<T>(v2);
+    } else {
+      const T *src = qkv + (t * (H + 2 * Hkv) + h) * D;
+      v1 = f32(src[i]), v2 = f32(src[i + half]);
+    }
+  }
   const float r = NORM ? inv_rms(x + t * C, C, eps) : 1.0f; // every thread: block_sum's barriers
   if (spare) return;
-  const T *src = qkv + (t * (H + 2 * Hkv) + h) * D;
-  // From parts: the projection's value is their sum in order, rounded, as
-  // the split-K GEMM's cluster sums them.
-  const int64_t N = (H + 2 * Hkv) * D, T_ = gridDim.x;
-  auto raw = [&](int64_t j) {
-    if (!parts) return f32(src[j]);
-    float v = 0;
-    for (int p_ = 0; p_ < nparts; p_++) v += __ldcg(parts + (p_ * T_ + t) * N + h * D + j);
-    return round<T>(v);
-  };
-  auto in = [&](int64_t j) { return NORM ? round<T>(raw(j) * r) : raw(j); };
+  auto scaled = [&](float v) { return NORM ? round<T>(v * r) : v; };
+  const float in1 = scaled(v1), in2 = scaled(v2);
   // A key or value head's cache row, and where the head goes.
   const int64_t kv = value ? h - H - Hkv : h - H;
   T *cache = h < H ? nullptr : (value ? vc : kc) + (p * Hkv + kv) * D;
   T *side = h < H ? nullptr : value ? vs : ks;
   if (value) { // copied as is
     T *dst = side ? side + (t * Hkv + kv) * D : cache;
-    dst[i] = cast<T>(in(i));
-    dst[i + half] = cast<T>(in(i + half));
+    dst[i] = cast<T>(in1);
+    dst[i + half] = cast<T>(in2);
     if (side) cache[i] = cache[i + half] = cast<T>(0.0f);
     return;
   }
   // Folded: key head h / G's row t G + h % G, as the cuDNN path reads q.
   const int64_t G = H / Hkv, qrow = fold ? (h / G * gridDim.x + t) * G + h % G : t * H + h;
   T *dst = h < H ? q + qrow * D : side ? side + (t * Hkv + kv) * D : cache;
-  float x1 = in(i), x2 = in(i + half);
+  const float x1 = in1, x2 = in2;
   // x*cos + rotate_half(x)*sin with rotate_half(x) = (-x2, x1).
   dst[i] = cast<T>(round<T>(x1 * c1) + round<T>(-x2 * s1));
   dst[i + half] = cast<T>(round<T>(x2 * c2) + round<T>(x1 * s2));
@@ -2343,7 +2357,7 @@ int dtk_rope_qkv(int dtype, const void *qkv, const void *cos, const void *sin, c
                  float eps, int fold_q, void *kside, void *vside, const float *parts, int nparts, void *stream) {
   auto s = static_cast<cudaStream_t>(stream);
   if (D % 2 != 0 || D / 2 > 1024 || (x && !x_ok(x, C, dtype)) || Hkv < 1 || H % Hkv != 0 || !kside != !vside ||
-      (parts && nparts < 1) || (!parts && !qkv))
+      (parts && (nparts < 1 || nparts > kRopeParts)) || (!parts && !qkv))
     return cudaErrorInvalidValue;
   if (dtype == kBF16)
     return rope_qkv<__nv_bfloat16>(qkv, cos, sin, pos, q, kcache, vcache, T, H, Hkv, D, x, C, eps, fold_q != 0,
@@ -2666,9 +2680,8 @@ int dtk_tma_post(int dtype, void *y, const void *ao, const void *wo, int64_t Ko,
       !aligned16(y) || !aligned16(wgu) || !aligned16(wdown) || !aligned16(scratch) || !sync ||
       reinterpret_cast<uintptr_t>(sync) % 8 != 0)
     return DTK_TMA_NO;
-  // The next layer's QKV phase: a block step's rows, a slice and K part for
-  // each CTA.
-  if (wqkv && (xr != kTmaRows || !qpart || Nq % kPostNQ != 0 || Nq / kPostNQ * kPostQS != G ||
+  // The next layer's QKV phase: a slice and K part for each CTA.
+  if (wqkv && (!qpart || Nq % kPostNQ != 0 || Nq / kPostNQ * kPostQS != G ||
                (C / 64) % kPostQS != 0 || !aligned16(wqkv) || !aligned16(qpart)))
     return DTK_TMA_NO;
   auto h = static_cast<char *>(scratch);
@@ -2684,8 +2697,8 @@ int dtk_tma_post(int dtype, void *y, const void *ao, const void *wo, int64_t Ko,
   // A fused commit's 64 rows: 8 stages (the output projection's 8 chunks a
   // CTA, fetched at once), as 10 of 24 KB do not fit.
   if (xr == 64)
-    return tpost<8, 64>(maps, has_o, h, part, y, sync, int(G), M, F, C, has_o ? Ko : 0, eps, nullptr, 0,
-                        static_cast<cudaStream_t>(stream));
+    return tpost<8, 64>(maps, has_o, h, part, y, sync, int(G), M, F, C, has_o ? Ko : 0, eps,
+                        wqkv ? static_cast<float *>(qpart) : nullptr, Nq, static_cast<cudaStream_t>(stream));
   return tpost<10>(maps, has_o, h, part, y, sync, int(G), M, F, C, has_o ? Ko : 0, eps,
                    wqkv ? static_cast<float *>(qpart) : nullptr, Nq, static_cast<cudaStream_t>(stream));
 #else

@@ -174,8 +174,8 @@ int dtk_tma_gate_up_silu(int dtype, const void *x, const void *w, void *out, int
 // wdown (C, F). Given wqkv (Nq, C), the next layer's folded QKV weight,
 // it then also writes that layer's QKV projection of the new y as
 // DTK_TMA_POST_QPARTS partial products over K to qpart (DTK_TMA_POST_QPARTS,
-// M, Nq) float32, 16-byte aligned, for dtk_rope_qkv (up to 32 rows, Nq
-// / 80 * 4 == F / 48; else DTK_TMA_NO). scratch:
+// M, Nq) float32, 16-byte aligned, for dtk_rope_qkv (Nq / 80 * 4 == F /
+// 48; else DTK_TMA_NO). scratch:
 // dtk_tma_post_scratch bytes, 16-byte aligned; sync: DTK_TMA_POST_SYNC
 // bytes, 8-byte aligned and zero before the first call, that no other
 // kernel uses while it runs (a count of barrier arrivals). The grid must
