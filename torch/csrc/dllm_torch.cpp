@@ -868,11 +868,6 @@ struct Decoder {
   int64_t written = 0;      // the cache slots [written, Max) are zero (the cuDNN path reads past the context)
   at::Tensor post_bar;      // post_fused's barrier count (DTK_TMA_POST_SYNC bytes, zero at first)
   int64_t qkv_ahead = 0;    // whole-forward graphs of up to this many rows: post_fused also runs the next layer's QKV projection
-  bool merge_post = false;  // whole-forward graphs: the cuDNN path's merge runs in post_fused's kernel
-#ifdef DLLM_KERNELS
-  DtkMerge merge_args{};          // a merge attend_cudnn left to post (merge_held: its tensors)
-  std::vector<at::Tensor> merge_held;
-#endif
   int graphs = 0;      // capture graphs for query lengths up to this
   std::map<int64_t, int> seen; // forwards per capture key (see forward), before capture
 #ifdef DLLM_CUDA
@@ -1080,8 +1075,8 @@ struct Decoder {
   // first c rows causally (as attend), the others seeing every key; (T, H*D).
   // With a bucket it runs attend_cudnn over it instead, q folded by pre.
   at::Tensor attend_all(DecLayer &ly, const at::Tensor &q, const at::Tensor &positions, int64_t c,
-                        Bucket bucket = {}, bool defer = false) {
-    if (bucket.P > 0) return attend_cudnn(ly, q, positions, bucket, c, defer);
+                        Bucket bucket = {}) {
+    if (bucket.P > 0) return attend_cudnn(ly, q, positions, bucket, c);
     auto Tn = q.size(1), Smax = cos.size(0);
     auto out = at::empty({Tn, H * D}, q.options());
     auto scratch = at::empty({dtk_attn_decode_scratch(Tn, H, Hkv, Smax)}, q.options().dtype(at::kFloat));
@@ -1110,10 +1105,9 @@ struct Decoder {
   // all see the same keys, the context before the forward, and
   // dtk_attn_own attends to the own keys with the mixed mask; the merge
   // takes that as one more split and then copies the own keys into the
-  // cache. defer (c = 0 only): the merge is left to post (merge_args),
-  // whose persistent kernel does it first; the output is written then.
+  // cache.
   at::Tensor attend_cudnn(DecLayer &ly, const at::Tensor &q, const at::Tensor &positions, Bucket b,
-                          int64_t c = 0, bool defer = false) {
+                          int64_t c = 0) {
 #ifdef DLLM_CUDNN_ATTN
     auto G = H / Hkv, R = q.size(2), Tn = R / G, P = b.P, Sp = b.Sp, Sb = b.slots();
     // Key head h's row r = token r / G, head h G + r % G; the chunks share
@@ -1161,11 +1155,10 @@ struct Decoder {
                    "attn_merge_lse");
       return out;
     }
-    merge_args = DtkMerge{o.data_ptr(), o.stride(0), o.stride(1), o.stride(2), lse.data_ptr<float>(),
-                          lse.stride(0), lse.stride(1), lse.stride(2), positions.data_ptr<int64_t>(), Sb, Tn, H, Hkv,
-                          P};
-    merge_held = {o, lse, positions, out};
-    if (!defer) flush_merge();
+    check_launch(dtk_attn_merge_lse(dt, o.data_ptr(), o.stride(0), o.stride(1), o.stride(2), lse.data_ptr<float>(),
+                                    lse.stride(0), lse.stride(1), lse.stride(2), positions.data_ptr<int64_t>(), Sb,
+                                    out.data_ptr(), Tn, H, Hkv, P, stream()),
+                 "attn_merge_lse");
     return out;
 #else
     TORCH_CHECK(false, "attention: the cuDNN path needs libtorch 2.10 or later");
@@ -1209,19 +1202,6 @@ struct Decoder {
   }
 #endif
 
-#ifdef DLLM_KERNELS
-  // flush_merge launches the merge attend_cudnn left to post, if any.
-  void flush_merge() {
-    if (merge_held.empty()) return;
-    const auto &m = merge_args;
-    check_launch(dtk_attn_merge_lse(static_cast<int>(merge_held[3].scalar_type()), m.parts, m.ps, m.ph, m.pr, m.lse,
-                                    m.ls, m.lh, m.lr, m.pos, m.S, merge_held[3].data_ptr(), m.T, m.H, m.Hkv,
-                                    m.splits, stream()),
-                 "attn_merge_lse");
-    merge_held.clear();
-  }
-#endif
-
   // gate_up_silu is silu_mul_(y wgu_n^T, y) for the folded gate-up weight:
   // one kernel of kernels.cu where it takes the shape (a block step's rows
   // on a Hopper), else cuBLAS's matmul and the SiLU kernel.
@@ -1259,32 +1239,21 @@ struct Decoder {
       return false;
     auto M = x.size(0), C = x.size(1), F = ly.wdown.size(1);
     auto scratch = at::empty({dtk_tma_post_scratch(M, F, C)}, x.options().dtype(at::kByte));
-    // A merge left by attend_cudnn goes in too where ao is its output.
-    bool m = !merge_held.empty() && ao.defined() && ao.data_ptr() == merge_held[3].data_ptr();
     auto run = [&](const at::Tensor &wq, const at::Tensor &qp) {
       return dtk_tma_post(static_cast<int>(x.scalar_type()), x.data_ptr(), ao.defined() ? ao.data_ptr() : nullptr,
                           ly.wo.data_ptr(), ly.wo.size(1), ly.wgu_n.data_ptr(), ly.wdown.data_ptr(),
                           wq.defined() ? wq.data_ptr() : nullptr, wq.defined() ? wq.size(0) : 0,
-                          qp.defined() ? qp.data_ptr() : nullptr, m ? &merge_args : nullptr, scratch.data_ptr(),
-                          post_bar.data_ptr(), M, F, C, static_cast<float>(eps), stream());
+                          qp.defined() ? qp.data_ptr() : nullptr, scratch.data_ptr(), post_bar.data_ptr(), M, F, C,
+                          static_cast<float>(eps), stream());
     };
-    auto both = [&]() {
-      int r = DTK_TMA_NO;
-      if (next && qparts && !next->bqkv.defined() && next->wqkv_n.defined() && next->wqkv_n.is_contiguous()) {
-        auto qp = at::empty({DTK_TMA_POST_QPARTS, M, next->wqkv_n.size(0)}, x.options().dtype(at::kFloat));
-        r = run(next->wqkv_n, qp);
-        if (r != DTK_TMA_NO) *qparts = qp;
-      }
-      return r == DTK_TMA_NO ? run(at::Tensor(), at::Tensor()) : r;
-    };
-    int r = both();
-    if (r == DTK_TMA_NO && m) { // the kernel cannot take the merge: its own kernel first
-      flush_merge();
-      m = false;
-      r = both();
+    int r = DTK_TMA_NO;
+    if (next && qparts && !next->bqkv.defined() && next->wqkv_n.defined() && next->wqkv_n.is_contiguous()) {
+      auto qp = at::empty({DTK_TMA_POST_QPARTS, M, next->wqkv_n.size(0)}, x.options().dtype(at::kFloat));
+      r = run(next->wqkv_n, qp);
+      if (r != DTK_TMA_NO) *qparts = qp;
     }
+    if (r == DTK_TMA_NO) r = run(at::Tensor(), at::Tensor());
     if (r == DTK_TMA_NO) return false;
-    if (m) merge_held.clear();
     check_launch(r, "tma post");
     return true;
 #else
@@ -1300,9 +1269,6 @@ struct Decoder {
   at::Tensor post(DecLayer &ly, const at::Tensor &x, const at::Tensor &ao, const DecLayer *next = nullptr,
                   at::Tensor *qparts = nullptr) {
     if (folds(x) && post_fused(ly, x, ao, next, qparts)) return x;
-#ifdef DLLM_KERNELS
-    flush_merge(); // ao is read next
-#endif
     auto y = lin(ao, ly.wo, x);
     if (folds(y)) {
       if (post_fused(ly, y, at::Tensor(), next, qparts)) return y;
@@ -1378,8 +1344,7 @@ struct Decoder {
         auto q = pre(ly, x, c.pos, bucket.P > 0, bucket.P > 0 && rows > 0, &qkv, qparts);
         qparts = at::Tensor();
         const DecLayer *next = Tn <= qkv_ahead && l + 1 < layers.size() ? &layers[l + 1] : nullptr;
-        x = post(ly, x, attend_all(ly, q, c.pos, rows, bucket, merge_post && rows == 0), next,
-                 next ? &qparts : nullptr);
+        x = post(ly, x, attend_all(ly, q, c.pos, rows, bucket), next, next ? &qparts : nullptr);
       }
       c.hn = norm_(x, norm);
       g->capture_end();
@@ -1696,10 +1661,6 @@ dt_err dt_decoder_new(dt_tensor embed, dt_tensor norm, dt_tensor head, const dt_
     // forwards of up to 32 rows (to measure).
     const char *qa = std::getenv("DLLM_QKV_AHEAD");
     d->qkv_ahead = !d->kernels ? 0 : qa && *qa ? std::atoll(qa) : 64;
-    // DLLM_MERGE_POST=0 keeps the cuDNN path's merge a kernel of its own
-    // instead of the persistent kernel's first phase (to measure).
-    const char *mp = std::getenv("DLLM_MERGE_POST");
-    d->merge_post = d->kernels && !(mp && std::string(mp) == "0");
     // DLLM_GEMV=0 keeps cuBLAS for every matmul (to measure the difference).
     const char *g = std::getenv("DLLM_GEMV");
     d->gemv = d->kernels && !(g && std::string(g) == "0");

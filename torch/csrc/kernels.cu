@@ -1074,23 +1074,6 @@ __global__ void __launch_bounds__(kAD * kMergeWays)
   }
 }
 
-// MergeArgs are attn_merge_lse_kernel's operands, for the warp form's rows.
-template <typename T> struct MergeArgs {
-  const T *parts;
-  int64_t ps, ph, pr;
-  const float *lse;
-  int64_t ls, lh, lr;
-  const int64_t *pos;
-  int Tn;
-  int64_t S;
-  T *out;
-  int G, H, Hkv, splits;
-  const T *own;
-  const float *own_lse;
-  T *kc, *vc;
-  const T *ks, *vs;
-};
-
 // attn_merge_lse_warp_kernel is attn_merge_lse_kernel with a warp a row
 // (R x Hkv of them, four a CTA) and no shared memory: lane DG w + g sums
 // dims [16 g, 16 g + 16) over splits w, w + W, ..., and the W ways meet
@@ -1098,16 +1081,18 @@ template <typename T> struct MergeArgs {
 // beside tpost_kernel's (one an SM with 218 KB of shared memory; the CTA
 // form's 512 threads, four an SM, fill an SM's thread slots), so that
 // kernel fetches its first weights during the merge instead of after most
-// of it: 8k k = 3 2.58 -> 2.50 ms (docs/performance.md). merge_row is a
-// warp's work for its row p (< R Hkv), also tpost_kernel's first phase.
-template <typename T> __device__ inline void merge_row(const MergeArgs<T> &a, int p) {
+// of it: 8k k = 3 2.58 -> 2.50 ms (docs/performance.md).
+template <typename T>
+__global__ void __launch_bounds__(128)
+    attn_merge_lse_warp_kernel(const T *parts, int64_t ps, int64_t ph, int64_t pr, const float *lse, int64_t ls,
+                               int64_t lh, int64_t lr, const int64_t *pos, int Tn, int64_t S, T *out, int G, int H,
+                               int Hkv, int splits, const T *own, const float *own_lse, T *kc, T *vc, const T *ks,
+                               const T *vs) {
   constexpr int W = kMergeWays, DG = 32 / W, E = kAD / DG, F = E / W; // E dims a lane sums, F it stores
-  const T *parts = a.parts, *own = a.own;
-  const float *lse = a.lse, *own_lse = a.own_lse;
-  const int64_t ps = a.ps, ph = a.ph, pr = a.pr, ls = a.ls, lh = a.lh, lr = a.lr, S = a.S;
-  const int64_t *pos = a.pos;
-  const int Tn = a.Tn, G = a.G, H = a.H, Hkv = a.Hkv, splits = a.splits;
   const int lane = threadIdx.x % 32, way = lane / DG, g = lane % DG, R = Tn * G;
+  const int p = blockIdx.x * 4 + threadIdx.x / 32;
+  dep_wait_launch(2);
+  if (p >= R * Hkv) return;
   const int r = p / Hkv, h = p % Hkv;
 
   // 1. The first 32 splits' values (this way's: a block's loads go
@@ -1181,17 +1166,12 @@ template <typename T> __device__ inline void merge_row(const MergeArgs<T> &a, in
   const int64_t row = int64_t(r / G) * H + int64_t(h) * G + r % G;
   const int d0 = E * g + F * way;
 #pragma unroll
-  for (int e = 0; e < F; e++) a.out[row * kAD + d0 + e] = cast<T>(tot[F * way + e] / ws);
+  for (int e = 0; e < F; e++) out[row * kAD + d0 + e] = cast<T>(tot[F * way + e] / ws);
   if (own && r < Tn) {
     const int64_t src = (int64_t(r) * Hkv + h) * kAD + d0, dst = (pos[r] * Hkv + h) * kAD + d0;
 #pragma unroll
-    for (int e = 0; e < F; e++) a.kc[dst + e] = a.ks[src + e], a.vc[dst + e] = a.vs[src + e];
+    for (int e = 0; e < F; e++) kc[dst + e] = ks[src + e], vc[dst + e] = vs[src + e];
   }
-}
-template <typename T> __global__ void __launch_bounds__(128) attn_merge_lse_warp_kernel(const MergeArgs<T> a) {
-  const int p = blockIdx.x * 4 + threadIdx.x / 32;
-  dep_wait_launch(2);
-  if (p < a.Tn * a.G * a.Hkv) merge_row(a, p);
 }
 
 // attn_splits spreads the key tiles so that the grid has about
@@ -1278,11 +1258,11 @@ cudaError_t merge_lse(dim3 grid, dim3 block, cudaStream_t st, const void *parts,
                   : cudaSuccess;
     if (set != cudaSuccess) return set;
     const int64_t rows = int64_t(grid.x) * grid.y;
-    const MergeArgs<T> a{static_cast<const T *>(parts), ps, ph, pr, lse, ls, lh, lr, pos, static_cast<int>(Tn), S,
-                         static_cast<T *>(out), G, static_cast<int>(H), static_cast<int>(grid.y),
-                         static_cast<int>(splits), static_cast<const T *>(own), own_lse, static_cast<T *>(kc),
-                         static_cast<T *>(vc), static_cast<const T *>(ks), static_cast<const T *>(vs)};
-    return launch(attn_merge_lse_warp_kernel<T>, static_cast<unsigned>((rows + 3) / 4), 128, 0, st, a);
+    return launch(attn_merge_lse_warp_kernel<T>, static_cast<unsigned>((rows + 3) / 4), 128, 0, st,
+                  static_cast<const T *>(parts), ps, ph, pr, lse, ls, lh, lr, pos, static_cast<int>(Tn), S,
+                  static_cast<T *>(out), G, static_cast<int>(H), static_cast<int>(grid.y), static_cast<int>(splits),
+                  static_cast<const T *>(own), own_lse, static_cast<T *>(kc), static_cast<T *>(vc),
+                  static_cast<const T *>(ks), static_cast<const T *>(vs));
   }
   return launch(attn_merge_lse_kernel<T>, grid, block, 0, st, static_cast<const T *>(parts), ps, ph, pr, lse, ls, lh,
                 lr, pos, static_cast<int>(Tn), S, static_cast<T *>(out), G, static_cast<int>(H),
@@ -1962,15 +1942,11 @@ __device__ inline void part_store(const float (&d)[NJ][4], float *part, int M, i
 // fetched while the down projection and its sum run, as float32 partial
 // products over K (kPostQS, M, Nq) that dtk_rope_qkv sums: the QKV
 // GEMM's kernel and its boundary go (the next kernel, RoPE, is small
-// enough to wait on this grid's SMs). With mg.parts (has_o only): first
-// the cuDNN path's merge into ao, a warp a row as attn_merge_lse_warp_kernel
-// (its merge_row, so the same bits), and a barrier: that kernel and its
-// boundary go.
+// enough to wait on this grid's SMs).
 template <int ST, int XR = kTmaRows>
 __global__ void __launch_bounds__(160, 1)
     tpost_kernel(const __grid_constant__ PostMaps maps, bool has_o, __nv_bfloat16 *h, float *part, __nv_bfloat16 *y,
-                 unsigned long long *bar, int M, int F, int C, int Ko, float eps, float *qpart, int Nq,
-                 const MergeArgs<__nv_bfloat16> mg) {
+                 unsigned long long *bar, int M, int F, int C, int Ko, float eps, float *qpart, int Nq) {
 #ifdef DLLM_TMA_DEVICE
   using T = __nv_bfloat16;
   constexpr int NH = 48, NG = 2 * NH, NO = 64, ND = kPostND, kH = NH * 128, kW = kPostW, RS = NG + 8;
@@ -1994,7 +1970,7 @@ __global__ void __launch_bounds__(160, 1)
   const int CHo = has_o ? Ko / 64 / kPostOS : 0, no = b / kPostOS, ro = b % kPostOS, ko0 = ro * CHo * 64;
   const int CHg = C / 64, j0 = b * NH, cg = CHo;
   const int CHd = F / 64 / kPostKS, nd = b / kPostKS, rd = b % kPostKS, kd0 = rd * CHd * 64, cd = CHo + CHg;
-  const bool has_q = qpart != nullptr, has_m = mg.parts != nullptr;
+  const bool has_q = qpart != nullptr;
   const int CHq = has_q ? C / 64 / kPostQS : 0, nq = b / kPostQS, rq = b % kPostQS, kq0 = rq * CHq * 64,
             cq = cd + CHd;
   auto stage = [&](int c) { return smem_u32(smem + (c % ST) * kStage); };
@@ -2047,12 +2023,7 @@ __global__ void __launch_bounds__(160, 1)
       for (; g_issued < preg && cg + g_issued < ST; g_issued++) gu_w(g_issued);
     }
     dep_wait();
-    if (has_m) { // ao is the merge's: after its barrier (named barrier 5)
-      __syncwarp();
-      asm volatile("bar.sync 5, 160;" ::: "memory");
-    }
     if (lane == 0) {
-      if (has_m) proxy_fence_global();
       for (int i = 0; i < CHo; i++) tma_load2d(stage(i) + kW, maps.ao, ko0 + 64 * i, 0, full(i));
       for (; g_issued < preg; g_issued++) wait_free(cg + g_issued), gu_w(g_issued);
     }
@@ -2130,21 +2101,12 @@ __global__ void __launch_bounds__(160, 1)
   };
   dep_wait();
 #ifdef DLLM_MLP_TRACE
-  launch_no =
-      unsigned(ld_acquire_u64(bar) / (uint64_t((has_o ? 4 : 2) + (has_q ? 1 : 0) + (has_m ? 1 : 0)) * gridDim.x));
+  launch_no = unsigned(ld_acquire_u64(bar) / (uint64_t((has_o ? 4 : 2) + (has_q ? 1 : 0)) * gridDim.x));
   if (g_mlp_trace && tid == 0)
     g_mlp_trace[(size_t(launch_no % kMlpTraceLaunches) * gridDim.x + blockIdx.x) * kMlpTraceMarks] = t_start;
 #endif
   MLP_MARK(1);
   StepClock sc;
-
-  // 1. The attention's merge into ao (a warp a row), then a barrier.
-  if (has_m) {
-    for (int p = b * 4 + warp; p < mg.Tn * mg.G * mg.Hkv; p += G * 4) merge_row(mg, p);
-    proxy_fence_global(); // ao is read by other CTAs' TMA copies
-    grid_sync(bar, G);
-    asm volatile("bar.sync 5, 160;" ::: "memory");
-  }
 
   // 2. The output projection: y += ao Wo^T (its parts, a barrier, the sum).
   if (has_o) {
@@ -2317,8 +2279,7 @@ int tgemm_gu(const CUtensorMap &wm, const CUtensorMap &xm, __nv_bfloat16 *out, i
 // wait for ever).
 template <int ST, int XR = kTmaRows>
 int tpost(const PostMaps &maps, bool has_o, void *h, void *part, void *y, void *bar, int G, int64_t M, int64_t F,
-          int64_t C, int64_t Ko, float eps, float *qpart, int64_t Nq, const MergeArgs<__nv_bfloat16> &mg,
-          cudaStream_t s) {
+          int64_t C, int64_t Ko, float eps, float *qpart, int64_t Nq, cudaStream_t s) {
   constexpr size_t smem = tpost_smem<ST, XR>();
   static const bool ok = [&] {
     int dev = 0, sms = 0, per = 0;
@@ -2333,7 +2294,7 @@ int tpost(const PostMaps &maps, bool has_o, void *h, void *part, void *y, void *
   return launch(tpost_kernel<ST, XR>, dim3(static_cast<unsigned>(G)), 160, smem, s, maps, has_o,
                 static_cast<__nv_bfloat16 *>(h), static_cast<float *>(part), static_cast<__nv_bfloat16 *>(y),
                 static_cast<unsigned long long *>(bar), static_cast<int>(M), static_cast<int>(F), static_cast<int>(C),
-                static_cast<int>(Ko), eps, qpart, static_cast<int>(Nq), mg);
+                static_cast<int>(Ko), eps, qpart, static_cast<int>(Nq));
 }
 
 // TmaStages is how many copy stages each TMA GEMM's ring holds: more
@@ -2697,8 +2658,8 @@ int dtk_tma_gate_up_silu(int dtype, const void *x, const void *w, void *out, int
 }
 
 int dtk_tma_post(int dtype, void *y, const void *ao, const void *wo, int64_t Ko, const void *wgu, const void *wdown,
-                 const void *wqkv, int64_t Nq, void *qpart, const DtkMerge *merge, void *scratch, void *sync,
-                 int64_t M, int64_t F, int64_t C, float eps, void *stream) {
+                 const void *wqkv, int64_t Nq, void *qpart, void *scratch, void *sync, int64_t M, int64_t F, int64_t C,
+                 float eps, void *stream) {
   early_launch_init(static_cast<cudaStream_t>(stream));
 #ifdef DLLM_SM90A
   // DLLM_POST_FUSED: 0 off, 1 the MLP only, 2 (default) with the output
@@ -2723,19 +2684,6 @@ int dtk_tma_post(int dtype, void *y, const void *ao, const void *wo, int64_t Ko,
   if (wqkv && (!qpart || Nq % kPostNQ != 0 || Nq / kPostNQ * kPostQS != G ||
                (C / 64) % kPostQS != 0 || !aligned16(wqkv) || !aligned16(qpart)))
     return DTK_TMA_NO;
-  // The merge first: the warp form's conditions, ao its (M, H kAD) output.
-  MergeArgs<__nv_bfloat16> mg{};
-  if (merge) {
-    const auto &m = *merge;
-    if (!has_o || !m.parts || !m.lse || !m.pos || m.T != M || m.Hkv < 1 || m.H % m.Hkv != 0 ||
-        m.H * kAD != Ko || m.splits < 1 || m.splits > kAD || !aligned16(m.parts) || m.ps % 8 != 0 ||
-        m.ph % 8 != 0 || m.pr % 8 != 0)
-      return DTK_TMA_NO;
-    mg = MergeArgs<__nv_bfloat16>{static_cast<const __nv_bfloat16 *>(m.parts), m.ps, m.ph, m.pr, m.lse, m.ls, m.lh,
-                                  m.lr, m.pos, int(M), m.S, static_cast<__nv_bfloat16 *>(const_cast<void *>(ao)),
-                                  int(m.H / m.Hkv), int(m.H), int(m.Hkv), int(m.splits), nullptr, nullptr, nullptr,
-                                  nullptr, nullptr, nullptr};
-  }
   auto h = static_cast<char *>(scratch);
   auto part = h + M * F * 2;
   PostMaps maps;
@@ -2750,9 +2698,9 @@ int dtk_tma_post(int dtype, void *y, const void *ao, const void *wo, int64_t Ko,
   // CTA, fetched at once), as 10 of 24 KB do not fit.
   if (xr == 64)
     return tpost<8, 64>(maps, has_o, h, part, y, sync, int(G), M, F, C, has_o ? Ko : 0, eps,
-                        wqkv ? static_cast<float *>(qpart) : nullptr, Nq, mg, static_cast<cudaStream_t>(stream));
+                        wqkv ? static_cast<float *>(qpart) : nullptr, Nq, static_cast<cudaStream_t>(stream));
   return tpost<10>(maps, has_o, h, part, y, sync, int(G), M, F, C, has_o ? Ko : 0, eps,
-                   wqkv ? static_cast<float *>(qpart) : nullptr, Nq, mg, static_cast<cudaStream_t>(stream));
+                   wqkv ? static_cast<float *>(qpart) : nullptr, Nq, static_cast<cudaStream_t>(stream));
 #else
   return DTK_TMA_NO;
 #endif

@@ -175,9 +175,7 @@ int dtk_tma_gate_up_silu(int dtype, const void *x, const void *w, void *out, int
 // it then also writes that layer's QKV projection of the new y as
 // DTK_TMA_POST_QPARTS partial products over K to qpart (DTK_TMA_POST_QPARTS,
 // M, Nq) float32, 16-byte aligned, for dtk_rope_qkv (Nq / 80 * 4 == F /
-// 48; else DTK_TMA_NO). Given merge (with ao), it first does that
-// dtk_attn_merge_lse into ao itself, the same bits (DTK_TMA_NO where the
-// merge's warp form does not take it). scratch:
+// 48; else DTK_TMA_NO). scratch:
 // dtk_tma_post_scratch bytes, 16-byte aligned; sync: DTK_TMA_POST_SYNC
 // bytes, 8-byte aligned and zero before the first call, that no other
 // kernel uses while it runs (a count of barrier arrivals). The grid must
@@ -186,21 +184,11 @@ int dtk_tma_gate_up_silu(int dtype, const void *x, const void *w, void *out, int
 // DLLM_POST_FUSED=0 there). DTK_TMA_NO where it does not take the shape
 // or the device; DLLM_POST_FUSED=0 turns it off, 1 leaves the output
 // projection out, DLLM_TMA_64=0 keeps it from 33-64 rows (to measure).
-// DtkMerge is a dtk_attn_merge_lse call left to dtk_tma_post (its
-// operands; out is dtk_tma_post's ao, T its M).
-typedef struct DtkMerge {
-  const void *parts;
-  int64_t ps, ph, pr;
-  const float *lse;
-  int64_t ls, lh, lr;
-  const int64_t *pos;
-  int64_t S, T, H, Hkv, splits;
-} DtkMerge;
 #define DTK_TMA_POST_SYNC 8
 #define DTK_TMA_POST_QPARTS 4
 int dtk_tma_post(int dtype, void *y, const void *ao, const void *wo, int64_t Ko, const void *wgu, const void *wdown,
-                 const void *wqkv, int64_t Nq, void *qpart, const DtkMerge *merge, void *scratch, void *sync,
-                 int64_t M, int64_t F, int64_t C, float eps, void *stream);
+                 const void *wqkv, int64_t Nq, void *qpart, void *scratch, void *sync, int64_t M, int64_t F, int64_t C,
+                 float eps, void *stream);
 int64_t dtk_tma_post_scratch(int64_t M, int64_t F, int64_t C);
 
 #ifdef __cplusplus
