@@ -103,14 +103,7 @@ func sameBits(t *testing.T, cfg *Config, m16 *Model) {
 		defer d.Free()
 		ds[i] = d
 	}
-	rng := rand.New(rand.NewPCG(3, 4))
-	ids := func(n int) []int64 {
-		out := make([]int64, n)
-		for i := range out {
-			out[i] = rng.Int64N(int64(cfg.VocabSize))
-		}
-		return out
-	}
+	ids := randomIDs(cfg, 3)
 	type step struct {
 		name           string
 		n, causal, com int
@@ -188,14 +181,7 @@ func checkDecoder(t *testing.T, cfg *Config, dev torch.Device, dt torch.DType, m
 		}
 		t.Logf("Prepare captured %d graphs", n)
 	}
-	rng := rand.New(rand.NewPCG(1, 2))
-	ids := func(n int) []int64 {
-		out := make([]int64, n)
-		for i := range out {
-			out[i] = rng.Int64N(int64(cfg.VocabSize))
-		}
-		return out
-	}
+	ids := randomIDs(cfg, 1)
 	// plain runs x with its first causal positions causal and the rest
 	// seeing everything, through Forward and an explicit mask when mixed.
 	plain := func(m *Model, c *KVCache, x []int64, causal int) [][]float64 {
@@ -281,5 +267,18 @@ func checkDecoder(t *testing.T, cfg *Config, dev torch.Device, dt torch.DType, m
 	t.Logf("graphs captured: %d", d.Graphs())
 	if d.Graphs() == 0 {
 		t.Error("no CUDA graph was captured")
+	}
+}
+
+// randomIDs returns a source of n random token ids of cfg's vocabulary, the
+// same sequence for the same seed.
+func randomIDs(cfg *Config, seed uint64) func(n int) []int64 {
+	rng := rand.New(rand.NewPCG(seed, seed+1))
+	return func(n int) []int64 {
+		out := make([]int64, n)
+		for i := range out {
+			out[i] = rng.Int64N(int64(cfg.VocabSize))
+		}
+		return out
 	}
 }
