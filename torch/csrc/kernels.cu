@@ -214,7 +214,7 @@ template <typename T> __device__ inline float inv_rms(const T *x, int C, float e
   return rsqrtf(block_sum(ss) / static_cast<float>(C) + eps);
 }
 
-constexpr int kRopeParts = 4; // dtk_rope_qkv's parts at most
+constexpr int kRopeParts = DTK_TMA_POST_QPARTS; // dtk_rope_qkv's parts at most: the persistent kernel's
 
 // Grid (T, heads / (blockDim / (D/2))): each block takes token t and
 // blockDim / (D/2) consecutive heads of the fused output, D/2 threads a
@@ -287,10 +287,9 @@ __global__ void rope_qkv_kernel(const T *qkv, const T *cos, const T *sin, const 
   // Folded: key head h / G's row t G + h % G, as the cuDNN path reads q.
   const int64_t G = H / Hkv, qrow = fold ? (h / G * gridDim.x + t) * G + h % G : t * H + h;
   T *dst = h < H ? q + qrow * D : side ? side + (t * Hkv + kv) * D : cache;
-  const float x1 = in1, x2 = in2;
-  // x*cos + rotate_half(x)*sin with rotate_half(x) = (-x2, x1).
-  dst[i] = cast<T>(round<T>(x1 * c1) + round<T>(-x2 * s1));
-  dst[i + half] = cast<T>(round<T>(x2 * c2) + round<T>(x1 * s2));
+  // x*cos + rotate_half(x)*sin with x = (in1, in2), rotate_half(x) = (-in2, in1).
+  dst[i] = cast<T>(round<T>(in1 * c1) + round<T>(-in2 * s1));
+  dst[i + half] = cast<T>(round<T>(in2 * c2) + round<T>(in1 * s2));
   if (h >= H && side) cache[i] = cache[i + half] = cast<T>(0.0f);
 }
 
