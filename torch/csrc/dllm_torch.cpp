@@ -868,8 +868,6 @@ struct Decoder {
   int64_t written = 0;      // the cache slots [written, Max) are zero (the cuDNN path reads past the context)
   at::Tensor post_bar;      // post_fused's barrier count (DTK_TMA_POST_SYNC bytes, zero at first)
   int64_t qkv_ahead = 0;    // whole-forward graphs of up to this many rows: post_fused also runs the next layer's QKV projection
-  bool kv_l2 = false;       // $DLLM_KV_AHEAD=1: post_fused also asks L2 for the next layer's cache rows (to measure)
-  int64_t kv_slots = 0;     // the capture's cuDNN bucket slots (what post_fused asks L2 for), 0 for none
   int graphs = 0;      // capture graphs for query lengths up to this
   std::map<int64_t, int> seen; // forwards per capture key (see forward), before capture
 #ifdef DLLM_CUDA
@@ -1242,14 +1240,11 @@ struct Decoder {
     auto M = x.size(0), C = x.size(1), F = ly.wdown.size(1);
     auto scratch = at::empty({dtk_tma_post_scratch(M, F, C)}, x.options().dtype(at::kByte));
     auto run = [&](const at::Tensor &wq, const at::Tensor &qp) {
-      const bool kv = wq.defined() && kv_l2 && kv_slots > 0 && kv_slots <= next->kc.size(0);
       return dtk_tma_post(static_cast<int>(x.scalar_type()), x.data_ptr(), ao.defined() ? ao.data_ptr() : nullptr,
                           ly.wo.data_ptr(), ly.wo.size(1), ly.wgu_n.data_ptr(), ly.wdown.data_ptr(),
                           wq.defined() ? wq.data_ptr() : nullptr, wq.defined() ? wq.size(0) : 0,
-                          qp.defined() ? qp.data_ptr() : nullptr, kv ? next->kc.data_ptr() : nullptr,
-                          kv ? next->vc.data_ptr() : nullptr,
-                          kv ? kv_slots * next->kc.stride(0) * next->kc.element_size() : 0, scratch.data_ptr(),
-                          post_bar.data_ptr(), M, F, C, static_cast<float>(eps), stream());
+                          qp.defined() ? qp.data_ptr() : nullptr, scratch.data_ptr(), post_bar.data_ptr(), M, F, C,
+                          static_cast<float>(eps), stream());
     };
     int r = DTK_TMA_NO;
     if (next && qparts && !next->bqkv.defined() && next->wqkv_n.defined() && next->wqkv_n.is_contiguous()) {
@@ -1343,7 +1338,6 @@ struct Decoder {
       g->capture_begin(pool, cudaStreamCaptureModeThreadLocal);
       auto x = embed.index_select(0, c.ids);
       at::Tensor qparts; // the next layer's QKV projection, from the layer before's post (qkv_ahead)
-      kv_slots = bucket.P > 0 ? bucket.slots() : 0;
       for (size_t l = 0; l < layers.size(); l++) {
         auto &ly = layers[l];
         at::Tensor qkv; // held through cuDNN's call (see fill_lift above)
@@ -1352,7 +1346,6 @@ struct Decoder {
         const DecLayer *next = Tn <= qkv_ahead && l + 1 < layers.size() ? &layers[l + 1] : nullptr;
         x = post(ly, x, attend_all(ly, q, c.pos, rows, bucket), next, next ? &qparts : nullptr);
       }
-      kv_slots = 0;
       c.hn = norm_(x, norm);
       g->capture_end();
 #ifdef DLLM_CUDNN_ATTN
@@ -1668,8 +1661,6 @@ dt_err dt_decoder_new(dt_tensor embed, dt_tensor norm, dt_tensor head, const dt_
     // forwards of up to 32 rows (to measure).
     const char *qa = std::getenv("DLLM_QKV_AHEAD");
     d->qkv_ahead = !d->kernels ? 0 : qa && *qa ? std::atoll(qa) : 64;
-    const char *ka = std::getenv("DLLM_KV_AHEAD");
-    d->kv_l2 = ka && std::string(ka) == "1";
     // DLLM_GEMV=0 keeps cuBLAS for every matmul (to measure the difference).
     const char *g = std::getenv("DLLM_GEMV");
     d->gemv = d->kernels && !(g && std::string(g) == "0");

@@ -60,10 +60,6 @@ __device__ inline void dep_launch() {
 // docs/performance.md). DLLM_EARLY_LAUNCH=0 keeps both after the wait (to
 // measure; 1 or 2 one of them).
 __constant__ int g_early_launch;
-// g_post_hold (DLLM_POST_HOLD, to measure): tpost_kernel's copier issues
-// its copies before the PDL wait only this many ns after it starts; < 0:
-// none before the wait.
-__constant__ int g_post_hold;
 __device__ inline void dep_wait_launch(int bit) {
   if (g_early_launch & bit) {
     dep_launch();
@@ -104,11 +100,7 @@ void early_launch_init(cudaStream_t s) {
   if (done.load() || cudaStreamIsCapturing(s, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone) return;
   const char *e = std::getenv("DLLM_EARLY_LAUNCH");
   int v = e && *e ? std::atoi(e) : 3;
-  const char *ph = std::getenv("DLLM_POST_HOLD");
-  int hold = ph && *ph ? std::atoi(ph) : 0;
-  if (cudaMemcpyToSymbol(g_early_launch, &v, sizeof v) == cudaSuccess &&
-      cudaMemcpyToSymbol(g_post_hold, &hold, sizeof hold) == cudaSuccess)
-    done.store(true);
+  if (cudaMemcpyToSymbol(g_early_launch, &v, sizeof v) == cudaSuccess) done.store(true);
 }
 
 // launch_in runs kernel over grid x block with smem bytes of dynamic shared
@@ -1954,8 +1946,7 @@ __device__ inline void part_store(const float (&d)[NJ][4], float *part, int M, i
 template <int ST, int XR = kTmaRows>
 __global__ void __launch_bounds__(160, 1)
     tpost_kernel(const __grid_constant__ PostMaps maps, bool has_o, __nv_bfloat16 *h, float *part, __nv_bfloat16 *y,
-                 unsigned long long *bar, int M, int F, int C, int Ko, float eps, float *qpart, int Nq,
-                 const char *kv_k, const char *kv_v, long long kv_bytes) {
+                 unsigned long long *bar, int M, int F, int C, int Ko, float eps, float *qpart, int Nq) {
 #ifdef DLLM_TMA_DEVICE
   using T = __nv_bfloat16;
   constexpr int NH = 48, NG = 2 * NH, NO = 64, ND = kPostND, kH = NH * 128, kW = kPostW, RS = NG + 8;
@@ -2027,23 +2018,12 @@ __global__ void __launch_bounds__(160, 1)
     };
     const int preg = min(ST, CHg), pred = min(ST, CHd);
     int g_issued = 0;
-    const int hold = g_post_hold;
-    if (lane == 0 && hold >= 0) {
-      if (hold > 0) {
-        unsigned long long t0, t;
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-        do {
-          __nanosleep(64);
-          asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-        } while (t - t0 < (unsigned long long)hold);
-      }
+    if (lane == 0) {
       for (int i = 0; i < CHo; i++) o_w(i);
       for (; g_issued < preg && cg + g_issued < ST; g_issued++) gu_w(g_issued);
     }
     dep_wait();
     if (lane == 0) {
-      if (hold < 0)
-        for (int i = 0; i < CHo; i++) o_w(i);
       for (int i = 0; i < CHo; i++) tma_load2d(stage(i) + kW, maps.ao, ko0 + 64 * i, 0, full(i));
       for (; g_issued < preg; g_issued++) wait_free(cg + g_issued), gu_w(g_issued);
     }
@@ -2072,17 +2052,6 @@ __global__ void __launch_bounds__(160, 1)
       // The QKV weights take the stages the down projection's first chunks
       // free; y's boxes come after its sum (named barrier 4).
       for (int j = 0; j < CHq; j++) wait_free(cq + j), q_w(j);
-      // The next layer's KV cache rows its attention reads, into L2 while
-      // the memory is idle (the sums, barriers and RoPE ahead move no
-      // weights): this CTA's 1 / G of each.
-      if (kv_bytes > 0) {
-        const long long per = (kv_bytes / G + 15) & ~15ll, off = per * b;
-        if (off < kv_bytes) {
-          const unsigned n = static_cast<unsigned>(min(per, kv_bytes - off));
-          asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(kv_k + off), "r"(n) : "memory");
-          asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(kv_v + off), "r"(n) : "memory");
-        }
-      }
     }
     __syncwarp();
     if (has_q) {
@@ -2310,8 +2279,7 @@ int tgemm_gu(const CUtensorMap &wm, const CUtensorMap &xm, __nv_bfloat16 *out, i
 // wait for ever).
 template <int ST, int XR = kTmaRows>
 int tpost(const PostMaps &maps, bool has_o, void *h, void *part, void *y, void *bar, int G, int64_t M, int64_t F,
-          int64_t C, int64_t Ko, float eps, float *qpart, int64_t Nq, const void *kv_k, const void *kv_v,
-          int64_t kv_bytes, cudaStream_t s) {
+          int64_t C, int64_t Ko, float eps, float *qpart, int64_t Nq, cudaStream_t s) {
   constexpr size_t smem = tpost_smem<ST, XR>();
   static const bool ok = [&] {
     int dev = 0, sms = 0, per = 0;
@@ -2326,8 +2294,7 @@ int tpost(const PostMaps &maps, bool has_o, void *h, void *part, void *y, void *
   return launch(tpost_kernel<ST, XR>, dim3(static_cast<unsigned>(G)), 160, smem, s, maps, has_o,
                 static_cast<__nv_bfloat16 *>(h), static_cast<float *>(part), static_cast<__nv_bfloat16 *>(y),
                 static_cast<unsigned long long *>(bar), static_cast<int>(M), static_cast<int>(F), static_cast<int>(C),
-                static_cast<int>(Ko), eps, qpart, static_cast<int>(Nq), static_cast<const char *>(kv_k),
-                static_cast<const char *>(kv_v), static_cast<long long>(kv_bytes));
+                static_cast<int>(Ko), eps, qpart, static_cast<int>(Nq));
 }
 
 // TmaStages is how many copy stages each TMA GEMM's ring holds: more
@@ -2691,8 +2658,8 @@ int dtk_tma_gate_up_silu(int dtype, const void *x, const void *w, void *out, int
 }
 
 int dtk_tma_post(int dtype, void *y, const void *ao, const void *wo, int64_t Ko, const void *wgu, const void *wdown,
-                 const void *wqkv, int64_t Nq, void *qpart, const void *kv_k, const void *kv_v, int64_t kv_bytes,
-                 void *scratch, void *sync, int64_t M, int64_t F, int64_t C, float eps, void *stream) {
+                 const void *wqkv, int64_t Nq, void *qpart, void *scratch, void *sync, int64_t M, int64_t F, int64_t C,
+                 float eps, void *stream) {
   early_launch_init(static_cast<cudaStream_t>(stream));
 #ifdef DLLM_SM90A
   // DLLM_POST_FUSED: 0 off, 1 the MLP only, 2 (default) with the output
@@ -2727,16 +2694,13 @@ int dtk_tma_post(int dtype, void *y, const void *ao, const void *wo, int64_t Ko,
     return cudaErrorInvalidValue;
   if (!has_o) maps.o = maps.ao = maps.x; // unread
   if (!wqkv) maps.q = maps.x;
-  if (!wqkv || !kv_k || !kv_v || kv_bytes % 16 != 0 || !aligned16(kv_k) || !aligned16(kv_v)) kv_bytes = 0;
   // A fused commit's 64 rows: 8 stages (the output projection's 8 chunks a
   // CTA, fetched at once), as 10 of 24 KB do not fit.
   if (xr == 64)
     return tpost<8, 64>(maps, has_o, h, part, y, sync, int(G), M, F, C, has_o ? Ko : 0, eps,
-                        wqkv ? static_cast<float *>(qpart) : nullptr, Nq, kv_k, kv_v, kv_bytes,
-                        static_cast<cudaStream_t>(stream));
+                        wqkv ? static_cast<float *>(qpart) : nullptr, Nq, static_cast<cudaStream_t>(stream));
   return tpost<10>(maps, has_o, h, part, y, sync, int(G), M, F, C, has_o ? Ko : 0, eps,
-                   wqkv ? static_cast<float *>(qpart) : nullptr, Nq, kv_k, kv_v, kv_bytes,
-                   static_cast<cudaStream_t>(stream));
+                   wqkv ? static_cast<float *>(qpart) : nullptr, Nq, static_cast<cudaStream_t>(stream));
 #else
   return DTK_TMA_NO;
 #endif

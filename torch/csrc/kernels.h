@@ -175,9 +175,7 @@ int dtk_tma_gate_up_silu(int dtype, const void *x, const void *w, void *out, int
 // it then also writes that layer's QKV projection of the new y as
 // DTK_TMA_POST_QPARTS partial products over K to qpart (DTK_TMA_POST_QPARTS,
 // M, Nq) float32, 16-byte aligned, for dtk_rope_qkv (Nq / 80 * 4 == F /
-// 48; else DTK_TMA_NO), and given kv_k, kv_v, asks the L2 cache for
-// kv_bytes of each (the next layer's cache rows its attention reads) once
-// its copies are issued. scratch:
+// 48; else DTK_TMA_NO). scratch:
 // dtk_tma_post_scratch bytes, 16-byte aligned; sync: DTK_TMA_POST_SYNC
 // bytes, 8-byte aligned and zero before the first call, that no other
 // kernel uses while it runs (a count of barrier arrivals). The grid must
@@ -189,8 +187,8 @@ int dtk_tma_gate_up_silu(int dtype, const void *x, const void *w, void *out, int
 #define DTK_TMA_POST_SYNC 8
 #define DTK_TMA_POST_QPARTS 4
 int dtk_tma_post(int dtype, void *y, const void *ao, const void *wo, int64_t Ko, const void *wgu, const void *wdown,
-                 const void *wqkv, int64_t Nq, void *qpart, const void *kv_k, const void *kv_v, int64_t kv_bytes,
-                 void *scratch, void *sync, int64_t M, int64_t F, int64_t C, float eps, void *stream);
+                 const void *wqkv, int64_t Nq, void *qpart, void *scratch, void *sync, int64_t M, int64_t F, int64_t C,
+                 float eps, void *stream);
 int64_t dtk_tma_post_scratch(int64_t M, int64_t F, int64_t C);
 
 #ifdef __cplusplus
