@@ -865,7 +865,6 @@ struct Decoder {
   bool fused_cudnn = false; // the cuDNN path takes forwards with causal rows too (attend_cudnn's own keys)
   at::Tensor own_k, own_v, own_pos; // for it: a forward's own keys and values (64, Hkv, D); 0, 1, ... 63
   bool own_fork = false;    // attend_cudnn's own-key attention on a stream of its own, beside cuDNN's call
-  bool own_merge = false;   // attend_cudnn's own-key attention in the merge's kernel (DLLM_OWN_MERGE=0: dtk_attn_own's)
   int64_t written = 0;      // the cache slots [written, Max) are zero (the cuDNN path reads past the context)
   at::Tensor post_bar;      // post_fused's barrier count (DTK_TMA_POST_SYNC bytes, zero at first)
   int64_t qkv_ahead = 0;    // whole-forward graphs of up to this many rows: post_fused also runs the next layer's QKV projection
@@ -1122,7 +1121,7 @@ struct Decoder {
     // fork and join in the graph) instead of after it, where it would pay
     // a whole launch (cuDNN's kernel lets nothing launch early).
     at::Tensor own, own_lse;
-    if (c > 0 && !own_merge) {
+    if (c > 0) {
       own = at::empty({Hkv, R, D}, q.options());
       own_lse = at::empty({Hkv, R}, q.options().dtype(at::kFloat));
       auto cur = c10::cuda::getCurrentCUDAStream();
@@ -1146,15 +1145,6 @@ struct Decoder {
                 "attention: cuDNN's output ", o.sizes(), o.strides(), " or log-sum-exp ", lse.sizes(),
                 lse.scalar_type(), " is not as expected");
     auto out = at::empty({Tn, H * D}, q.options());
-    if (c > 0 && own_merge) {
-      check_launch(dtk_attn_merge_lse_ownq(dt, o.data_ptr(), o.stride(0), o.stride(1), o.stride(2),
-                                           lse.data_ptr<float>(), lse.stride(0), lse.stride(1), lse.stride(2),
-                                           positions.data_ptr<int64_t>(), Sb, out.data_ptr(), Tn, H, Hkv, P,
-                                           q.data_ptr(), c, static_cast<float>(attn_scale()), ly.kc.data_ptr(),
-                                           ly.vc.data_ptr(), own_k.data_ptr(), own_v.data_ptr(), stream()),
-                   "attn_merge_lse_ownq");
-      return out;
-    }
     if (c > 0) {
       if (own_fork) fork_out.block(c10::cuda::getCurrentCUDAStream());
       check_launch(dtk_attn_merge_lse_own(dt, o.data_ptr(), o.stride(0), o.stride(1), o.stride(2),
@@ -1716,8 +1706,6 @@ dt_err dt_decoder_new(dt_tensor embed, dt_tensor norm, dt_tensor head, const dt_
     // cuDNN's call on one stream (to measure).
     const char *of = std::getenv("DLLM_OWN_FORK");
     d->own_fork = d->fused_cudnn && !(of && std::string(of) == "0");
-    const char *om = std::getenv("DLLM_OWN_MERGE");
-    d->own_merge = d->fused_cudnn && !(om && std::string(om) == "0");
 #endif
     // DLLM_WHOLE_GRAPH=0 keeps per-layer graphs for every forward (to measure).
     const char *wg = std::getenv("DLLM_WHOLE_GRAPH");

@@ -1073,62 +1073,6 @@ __global__ void __launch_bounds__(kAD * kMergeWays)
   }
 }
 
-// own_attend is one warp's attention of a folded q row (q, kAD values)
-// over a forward's first nk own keys and values (ks, vs: key head h's row
-// of key k at (k Hkv + h) kAD), 1 <= nk <= 64, scores scaled by scale:
-// each lane ends with the unnormalised output's dims [d0, d0 + 4) in o,
-// and every lane with the scores' maximum m and sum of e^(score - m) in
-// l. Lane i scores keys i and 32 + i whole (q's chunks are the same
-// address for every lane: one load a chunk), then takes four dims of
-// every value, each key's weight broadcast from its lane.
-template <typename T>
-__device__ inline void own_attend(const T *q, const T *ks, const T *vs, int Hkv, int h, int nk, int d0, float scale,
-                                  float (&o)[4], float &m, float &l) {
-  const int lane = threadIdx.x % 32;
-  const int k0 = min(lane, nk - 1), k1 = min(32 + lane, nk - 1);
-  const uint4 *qr = reinterpret_cast<const uint4 *>(q);
-  const uint4 *kr0 = reinterpret_cast<const uint4 *>(ks + (int64_t(k0) * Hkv + h) * kAD);
-  const uint4 *kr1 = reinterpret_cast<const uint4 *>(ks + (int64_t(k1) * Hkv + h) * kAD);
-  float s0 = 0, s1 = 0;
-#pragma unroll
-  for (int c = 0; c < kAD / 8; c++) {
-    const uint4 qu = __ldg(qr + c), a = __ldg(kr0 + c), b = nk > 32 ? __ldg(kr1 + c) : a;
-    const T *qt = reinterpret_cast<const T *>(&qu), *at = reinterpret_cast<const T *>(&a),
-            *bt = reinterpret_cast<const T *>(&b);
-#pragma unroll
-    for (int e = 0; e < 8; e++) {
-      const float qf = f32(qt[e]);
-      s0 += qf * f32(at[e]);
-      s1 += qf * f32(bt[e]);
-    }
-  }
-  s0 = lane < nk ? s0 * scale : -INFINITY;
-  s1 = 32 + lane < nk ? s1 * scale : -INFINITY;
-  m = fmaxf(s0, s1);
-#pragma unroll
-  for (int w = 16; w > 0; w >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, w));
-  const float e0 = __expf(s0 - m), e1 = __expf(s1 - m); // 0 past nk
-  l = e0 + e1;
-#pragma unroll
-  for (int w = 16; w > 0; w >>= 1) l += __shfl_xor_sync(0xffffffff, l, w);
-#pragma unroll
-  for (int e = 0; e < 4; e++) o[e] = 0;
-#pragma unroll
-  for (int b = 0; b < 2; b++) {
-    if (32 * b >= nk) break;
-    const float eb = b == 0 ? e0 : e1;
-#pragma unroll
-    for (int i = 0; i < 32; i++) {
-      const int k = min(32 * b + i, nk - 1);
-      const float e = __shfl_sync(0xffffffff, eb, i); // 0 past nk
-      const uint2 u = __ldg(reinterpret_cast<const uint2 *>(vs + (int64_t(k) * Hkv + h) * kAD + d0));
-      const T *v = reinterpret_cast<const T *>(&u);
-#pragma unroll
-      for (int j = 0; j < 4; j++) o[j] += e * f32(v[j]);
-    }
-  }
-}
-
 // attn_merge_lse_warp_kernel is attn_merge_lse_kernel with a warp a row
 // (R x Hkv of them, four a CTA) and no shared memory: lane DG w + g sums
 // dims [16 g, 16 g + 16) over splits w, w + W, ..., and the W ways meet
@@ -1136,17 +1080,13 @@ __device__ inline void own_attend(const T *q, const T *ks, const T *vs, int Hkv,
 // beside tpost_kernel's (one an SM with 218 KB of shared memory; the CTA
 // form's 512 threads, four an SM, fill an SM's thread slots), so that
 // kernel fetches its first weights during the merge instead of after most
-// of it: 8k k = 3 2.58 -> 2.50 ms (docs/performance.md). With q (the
-// folded q, Hkv x R rows) instead of own, each warp attends to the own keys
-// itself (own_attend; the first causal tokens causally), in place of
-// dtk_attn_own's kernel (QO, an instance of its own: the block steps'
-// merge keeps its registers).
-template <typename T, bool QO = false>
+// of it: 8k k = 3 2.58 -> 2.50 ms (docs/performance.md).
+template <typename T>
 __global__ void __launch_bounds__(128)
     attn_merge_lse_warp_kernel(const T *parts, int64_t ps, int64_t ph, int64_t pr, const float *lse, int64_t ls,
                                int64_t lh, int64_t lr, const int64_t *pos, int Tn, int64_t S, T *out, int G, int H,
                                int Hkv, int splits, const T *own, const float *own_lse, T *kc, T *vc, const T *ks,
-                               const T *vs, const T *q, int causal, float scale) {
+                               const T *vs) {
   constexpr int W = kMergeWays, DG = 32 / W, E = kAD / DG, F = E / W; // E dims a lane sums, F it stores
   const int lane = threadIdx.x % 32, way = lane / DG, g = lane % DG, R = Tn * G;
   const int p = blockIdx.x * 4 + threadIdx.x / 32;
@@ -1179,16 +1119,7 @@ __global__ void __launch_bounds__(128)
     lw[k] = s < splits ? lse[int64_t(s) * ls + int64_t(h) * lh + int64_t(r) * lr] : -INFINITY;
     mx = fmaxf(mx, lw[k]);
   }
-  float lo = own ? own_lse[int64_t(h) * R + r] * 0.6931471805599453f : -INFINITY; // to natural log
-  // Own's attention here (q given): its maximum score and sum give its
-  // log-sum-exp; lane (way, g) keeps the (unnormalised) dims it stores.
-  const int d0 = E * g + F * way;
-  float oq[4] = {}, om = 0, ol = 1;
-  if constexpr (QO) {
-    const int t = r / G;
-    own_attend(q + (int64_t(h) * R + r) * kAD, ks, vs, Hkv, h, t < causal ? t + 1 : Tn, d0, scale, oq, om, ol);
-    lo = om + __logf(ol);
-  }
+  const float lo = own ? own_lse[int64_t(h) * R + r] * 0.6931471805599453f : -INFINITY; // to natural log
   mx = fmaxf(mx, lo);
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, o));
@@ -1228,16 +1159,14 @@ __global__ void __launch_bounds__(128)
     for (int e = 0; e < E; e++) tot[e] += w * f32(o[e]);
     ws += w;
   }
-  const bool mine = own || QO;
-  const float wq = QO ? __expf(om - mx) : 0.0f; // own's weight, q given
-  ws += wq * ol;
-  ws -= static_cast<float>(S - (mine ? pos[0] : pos[Tn - 1] + 1)) * expf(-mx);
+  ws -= static_cast<float>(S - (own ? pos[0] : pos[Tn - 1] + 1)) * expf(-mx);
 
   // 5. Lane (w, g) stores dims [E g + F w, + F), and copies them of own's key and value into the caches.
   const int64_t row = int64_t(r / G) * H + int64_t(h) * G + r % G;
+  const int d0 = E * g + F * way;
 #pragma unroll
-  for (int e = 0; e < F; e++) out[row * kAD + d0 + e] = cast<T>((tot[F * way + e] + wq * oq[e]) / ws);
-  if (mine && r < Tn) {
+  for (int e = 0; e < F; e++) out[row * kAD + d0 + e] = cast<T>(tot[F * way + e] / ws);
+  if (own && r < Tn) {
     const int64_t src = (int64_t(r) * Hkv + h) * kAD + d0, dst = (pos[r] * Hkv + h) * kAD + d0;
 #pragma unroll
     for (int e = 0; e < F; e++) kc[dst + e] = ks[src + e], vc[dst + e] = vs[src + e];
@@ -1320,30 +1249,20 @@ template <typename T>
 cudaError_t merge_lse(dim3 grid, dim3 block, cudaStream_t st, const void *parts, int64_t ps, int64_t ph, int64_t pr,
                       const float *lse, int64_t ls, int64_t lh, int64_t lr, const int64_t *pos, int64_t Tn, int64_t S,
                       void *out, int G, int64_t H, int64_t splits, const void *own, const float *own_lse, void *kc,
-                      void *vc, const void *ks, const void *vs, int warp, const void *q = nullptr, int64_t causal = 0,
-                      float scale = 0) {
+                      void *vc, const void *ks, const void *vs, int warp) {
   if (warp) {
     static const cudaError_t set =
         warp == 1 ? cudaFuncSetAttribute(attn_merge_lse_warp_kernel<T>, cudaFuncAttributePreferredSharedMemoryCarveout,
                                          int(cudaSharedmemCarveoutMaxShared))
                   : cudaSuccess;
-    static const cudaError_t setq =
-        warp == 1 ? cudaFuncSetAttribute(attn_merge_lse_warp_kernel<T, true>,
-                                         cudaFuncAttributePreferredSharedMemoryCarveout,
-                                         int(cudaSharedmemCarveoutMaxShared))
-                  : cudaSuccess;
     if (set != cudaSuccess) return set;
-    if (setq != cudaSuccess) return setq;
     const int64_t rows = int64_t(grid.x) * grid.y;
-    return launch(q ? attn_merge_lse_warp_kernel<T, true> : attn_merge_lse_warp_kernel<T>,
-                  static_cast<unsigned>((rows + 3) / 4), 128, 0, st,
+    return launch(attn_merge_lse_warp_kernel<T>, static_cast<unsigned>((rows + 3) / 4), 128, 0, st,
                   static_cast<const T *>(parts), ps, ph, pr, lse, ls, lh, lr, pos, static_cast<int>(Tn), S,
                   static_cast<T *>(out), G, static_cast<int>(H), static_cast<int>(grid.y), static_cast<int>(splits),
                   static_cast<const T *>(own), own_lse, static_cast<T *>(kc), static_cast<T *>(vc),
-                  static_cast<const T *>(ks), static_cast<const T *>(vs), static_cast<const T *>(q),
-                  static_cast<int>(causal), scale);
+                  static_cast<const T *>(ks), static_cast<const T *>(vs));
   }
-  if (q) return cudaErrorInvalidValue; // the warp form only
   return launch(attn_merge_lse_kernel<T>, grid, block, 0, st, static_cast<const T *>(parts), ps, ph, pr, lse, ls, lh,
                 lr, pos, static_cast<int>(Tn), S, static_cast<T *>(out), G, static_cast<int>(H),
                 static_cast<int>(splits), static_cast<const T *>(own), own_lse, static_cast<T *>(kc),
@@ -2564,27 +2483,6 @@ int dtk_attn_merge_lse_own(int dtype, const void *parts, int64_t ps, int64_t ph,
   if (dtype == kF16)
     return merge_lse<__half>(grid, block, st, parts, ps, ph, pr, lse, ls, lh, lr, pos, T, S, out, G, H, splits, own,
                              own_lse, kc, vc, ks, vs, warp);
-  return cudaErrorInvalidValue;
-}
-
-int dtk_attn_merge_lse_ownq(int dtype, const void *parts, int64_t ps, int64_t ph, int64_t pr, const float *lse,
-                            int64_t ls, int64_t lh, int64_t lr, const int64_t *pos, int64_t S, void *out, int64_t T,
-                            int64_t H, int64_t Hkv, int64_t splits, const void *q, int64_t causal, float scale,
-                            void *kc, void *vc, const void *ks, const void *vs, void *stream) {
-  early_launch_init(static_cast<cudaStream_t>(stream));
-  auto st = static_cast<cudaStream_t>(stream);
-  if (!parts || !lse || !pos || !out || !q || !kc || !vc || !ks || !vs || T < 1 || T > 64 || Hkv < 1 ||
-      H % Hkv != 0 || splits < 1 || splits > kAD || causal < 0 || causal > T || !aligned16(parts) || ps % 8 != 0 ||
-      ph % 8 != 0 || pr % 8 != 0 || !aligned16(q) || !aligned16(ks) || !aligned16(vs))
-    return cudaErrorInvalidValue;
-  const int G = static_cast<int>(H / Hkv), R = static_cast<int>(T) * G;
-  dim3 grid(static_cast<unsigned>(R), static_cast<unsigned>(Hkv)), block(kAD, kMergeWays);
-  if (dtype == kBF16)
-    return merge_lse<__nv_bfloat16>(grid, block, st, parts, ps, ph, pr, lse, ls, lh, lr, pos, T, S, out, G, H, splits,
-                                    nullptr, nullptr, kc, vc, ks, vs, 1, q, causal, scale);
-  if (dtype == kF16)
-    return merge_lse<__half>(grid, block, st, parts, ps, ph, pr, lse, ls, lh, lr, pos, T, S, out, G, H, splits,
-                             nullptr, nullptr, kc, vc, ks, vs, 1, q, causal, scale);
   return cudaErrorInvalidValue;
 }
 

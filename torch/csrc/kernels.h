@@ -111,14 +111,6 @@ int dtk_attn_merge_lse_own(int dtype, const void *parts, int64_t ps, int64_t ph,
                            int64_t ls, int64_t lh, int64_t lr, const int64_t *pos, int64_t S, void *out, int64_t T,
                            int64_t H, int64_t Hkv, int64_t splits, const void *own, const float *own_lse, void *kc,
                            void *vc, const void *ks, const void *vs, void *stream);
-// dtk_attn_merge_lse_ownq is dtk_attn_merge_lse_own with own's attention
-// (dtk_attn_own's, T <= 64) done by the merge itself from the folded q
-// (Hkv, T G, 128), the first causal tokens causally, scores scaled by
-// scale: one kernel instead of two.
-int dtk_attn_merge_lse_ownq(int dtype, const void *parts, int64_t ps, int64_t ph, int64_t pr, const float *lse,
-                            int64_t ls, int64_t lh, int64_t lr, const int64_t *pos, int64_t S, void *out, int64_t T,
-                            int64_t H, int64_t Hkv, int64_t splits, const void *q, int64_t causal, float scale,
-                            void *kc, void *vc, const void *ks, const void *vs, void *stream);
 // dtk_attn_own is attention of the folded q (Hkv, T G, 128) of T <= 64
 // tokens over their own keys and values ks, vs (T, Hkv, 128), the first
 // causal tokens causally (token t sees own keys [0, t]), the rest all:
