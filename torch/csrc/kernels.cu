@@ -60,10 +60,6 @@ __device__ inline void dep_launch() {
 // docs/performance.md). DLLM_EARLY_LAUNCH=0 keeps both after the wait (to
 // measure; 1 or 2 one of them).
 __constant__ int g_early_launch;
-// g_sync_poll (DLLM_SYNC_POLL, to measure): how grid_sync polls. 0 acquire
-// loads; 1 relaxed loads, one acquire fence after; 2 acquire loads 32 ns
-// apart; 3 relaxed loads 32 ns apart, one fence after.
-__constant__ int g_sync_poll;
 __device__ inline void dep_wait_launch(int bit) {
   if (g_early_launch & bit) {
     dep_launch();
@@ -104,11 +100,7 @@ void early_launch_init(cudaStream_t s) {
   if (done.load() || cudaStreamIsCapturing(s, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone) return;
   const char *e = std::getenv("DLLM_EARLY_LAUNCH");
   int v = e && *e ? std::atoi(e) : 3;
-  const char *sp = std::getenv("DLLM_SYNC_POLL");
-  int poll = sp && *sp ? std::atoi(sp) : 0;
-  if (cudaMemcpyToSymbol(g_early_launch, &v, sizeof v) == cudaSuccess &&
-      cudaMemcpyToSymbol(g_sync_poll, &poll, sizeof poll) == cudaSuccess)
-    done.store(true);
+  if (cudaMemcpyToSymbol(g_early_launch, &v, sizeof v) == cudaSuccess) done.store(true);
 }
 
 // launch_in runs kernel over grid x block with smem bytes of dynamic shared
@@ -1844,24 +1836,7 @@ __device__ inline void grid_sync(unsigned long long *bar, unsigned n) {
     asm volatile("atom.add.release.gpu.global.u64 %0, [%1], 1;" : "=l"(old) : "l"(bar) : "memory");
 #endif
     const unsigned long long target = (old / n + 1) * n;
-    const int poll = g_sync_poll;
-    if (poll == 0) {
-      while (ld_acquire_u64(bar) < target) {
-      }
-    } else if (poll == 2) {
-      while (ld_acquire_u64(bar) < target) __nanosleep(32);
-    } else {
-      for (;;) {
-        unsigned long long v = 0;
-#ifdef DLLM_TMA_DEVICE
-        asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(bar) : "memory");
-#endif
-        if (v >= target) break;
-        if (poll == 3) __nanosleep(32);
-      }
-#ifdef DLLM_TMA_DEVICE
-      asm volatile("fence.acq_rel.gpu;" ::: "memory");
-#endif
+    while (ld_acquire_u64(bar) < target) {
     }
   }
   asm volatile("bar.sync 1, 128;" ::: "memory");
