@@ -1,6 +1,7 @@
 // Where does the one-kernel post-attention sublayers (kernels.cu's
 // tpost_kernel, dtk_tma_post) spend its time, and is it the kernels it
-// replaces bit for bit? At 32 rows, MiniCPM5-2B's shapes, in CUDA graphs
+// replaces bit for bit? At 32 rows (DLLM_PROBE_M=64: a fused commit's
+// 64), MiniCPM5-2B's shapes, in CUDA graphs
 // cycling over 12 weight copies (so the 50 MB L2 cannot serve them), the
 // probe compares and times, for the MLP alone and with the output
 // projection first, the TMA kernels the decoder ran before
@@ -28,7 +29,12 @@ using probe::kCopies;
 using probe::rand_bf16;
 using probe::timed;
 
-constexpr int M = 32, C = 2048, F = 6144;
+// DLLM_PROBE_M=64: a fused commit's 64 rows instead of a block step's 32.
+const int M = [] {
+  const char *e = std::getenv("DLLM_PROBE_M");
+  return e && *e ? std::atoi(e) : 32;
+}();
+constexpr int C = 2048, F = 6144;
 
 } // namespace
 
@@ -61,9 +67,16 @@ int main() {
   auto fused = [&](int r, bf16 *yy, bool with_o) {
     CK(dtk_tma_post(kBF16, yy, with_o ? ao : nullptr, wo[r], C, wgu[r], wdn[r], nullptr, 0, nullptr, scratch, bar, M, F, C, eps, s));
   };
+  std::printf("%d rows\n", M);
   std::vector<uint16_t> h1(size_t(M) * C), h2(size_t(M) * C);
+  // The TMA kernels take up to 32 rows: past that only the one kernel.
   for (bool with_o : {false, true}) {
     const char *what = with_o ? "output projection and MLP" : "MLP";
+    if (M > 32) {
+      CK(cudaMemcpy(y2, x0, size_t(M) * C * 2, cudaMemcpyDeviceToDevice));
+      std::printf("%s: one kernel %6.1f us\n", what, timed(s, [&](int r) { fused(r, y2, with_o); }));
+      continue;
+    }
     // 1. The same three layers both ways: equal bit for bit?
     CK(cudaMemcpy(y, x0, size_t(M) * C * 2, cudaMemcpyDeviceToDevice));
     CK(cudaMemcpy(y2, x0, size_t(M) * C * 2, cudaMemcpyDeviceToDevice));
