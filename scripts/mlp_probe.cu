@@ -1,16 +1,16 @@
 // Where does the one-kernel post-attention sublayers (kernels.cu's
 // tpost_kernel, dtk_tma_post) spend its time, and is it the kernels it
 // replaces bit for bit? At 32 rows (DLLM_PROBE_M=64: a fused commit's
-// 64), MiniCPM5-2B's shapes, in CUDA graphs
-// cycling over 12 weight copies (so the 50 MB L2 cannot serve them), the
-// probe compares and times, for the MLP alone and with the output
-// projection first, the TMA kernels the decoder ran before
-// (tgemm_kernel<64, 4>, tgemm_gu_kernel, tgemm_kernel<128, 8>; PDL)
-// against the one kernel; then it replays the one kernel 48 times in a
-// row with DLLM_MLP_TRACE's timestamps and prints, per step of the kernel,
-// when the average and the last CTA got there (us from the grid's first
-// CTA start), and thread 0's cycles a chunk in each step of gate-up's and
-// the down projection's chunk loops (g_mlp_steps).
+// 64, timed only), MiniCPM5-2B's shapes, in CUDA graphs cycling over 12
+// weight copies (so the 50 MB L2 cannot serve them), the probe compares
+// and times, for the MLP alone and with the output projection first, the
+// TMA kernels the decoder ran before (tgemm_kernel<64, 4>,
+// tgemm_gu_kernel, tgemm_kernel<128, 8>; PDL) against the one kernel;
+// then it replays the one kernel 48 times in a row with DLLM_MLP_TRACE's
+// timestamps and prints, per step of the kernel, when the average and the
+// last CTA got there (us from the grid's first CTA start), and thread 0's
+// cycles a chunk in each step of gate-up's and the down projection's
+// chunk loops (g_mlp_steps).
 //
 //     NV=$(python3 -c 'import torch,os;print(os.path.dirname(os.path.dirname(torch.__file__)))')/nvidia/cu13/lib
 //     nvcc -O2 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o /tmp/mp scripts/mlp_probe.cu -L$NV \
