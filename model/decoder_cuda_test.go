@@ -82,8 +82,10 @@ func TestDecoderCUDAMatchesPlainPath(t *testing.T) {
 	// 3. In block steps (up to 32 rows) the persistent kernel's QKV phase
 	// (the next layer's projection in the layer before's last kernel) gives
 	// the separate TMA GEMM's logits bit for bit: same products, same split
-	// of K, parts summed in order. (A fused commit's 64 rows take cuBLAS
-	// without it, so there the subtests above are its check.)
+	// of K, parts summed in order. (Both decoders give a fused commit's 64
+	// rows cuBLAS's QKV projection here; the phase at 64 rows, the default,
+	// sums in another order than cuBLAS, so the subtests above are its
+	// check.)
 	t.Run("DLLM_QKV_AHEAD=32 same bits as 0", func(t *testing.T) {
 		t.Setenv("DLLM_ATTN_CUDNN", "64")
 		sameBits(t, cfg, m16)

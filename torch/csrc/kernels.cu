@@ -1787,9 +1787,9 @@ template <int ST> constexpr size_t tgemm_gu_smem() { return 1024 + size_t(ST + 1
 // session's fused MLP), what three kernels did: the output projection with
 // the residual add (tgemm_kernel<64, 4>; optional), gate-up with its SiLU
 // step (tgemm_gu_kernel) and the down projection with the residual add
-// (tgemm_kernel<128, 8>); optionally also the next layer's QKV projection
-// (tgemm_kernel<64, 4>, its parts summed by RoPE). What crosses CTAs goes through global memory
-// (L2): the projections' float32 partial products over K, summed after a
+// (tgemm_kernel<128, 8>); optionally also the next layer's QKV
+// projection (tgemm_kernel<64, 4>, its parts summed by RoPE). What
+// crosses CTAs goes through global memory (L2): the projections' float32 partial products over K, summed after a
 // grid barrier in rank order with the residual as cluster_sum_out does
 // (each CTA C / G columns), and gate-up's outputs h. So the result is the
 // kernels' bit for bit, each CTA multiplying the same chunks in the same
@@ -1938,11 +1938,11 @@ __device__ inline void part_store(const float (&d)[NJ][4], float *part, int M, i
 // tpost_kernel: see above. has_o: the output projection first (y += ao
 // Wo^T); h and part scratch; y the residual stream, updated in place. x's
 // boxes (ao, y, h) are XR rows: M <= XR. With qpart: after one more
-// barrier the next layer's QKV projection of the new y, its folded weight (Nq, C)
-// fetched while the down projection and its sum run, as float32 partial
-// products over K (kPostQS, M, Nq) that dtk_rope_qkv sums: the QKV
-// GEMM's kernel and its boundary go (the next kernel, RoPE, is small
-// enough to wait on this grid's SMs).
+// barrier the next layer's QKV projection of the new y, its folded
+// weight (Nq, C) fetched while the down projection and its sum run, as
+// float32 partial products over K (kPostQS, M, Nq) that dtk_rope_qkv
+// sums: the QKV GEMM's kernel and its boundary go (the next kernel, RoPE,
+// is small enough to wait on this grid's SMs).
 template <int ST, int XR = kTmaRows>
 __global__ void __launch_bounds__(160, 1)
     tpost_kernel(const __grid_constant__ PostMaps maps, bool has_o, __nv_bfloat16 *h, float *part, __nv_bfloat16 *y,
