@@ -36,6 +36,17 @@ func (c *canvas) onlyFirstMasked() bool {
 	return true
 }
 
+// masked is how many positions are still masked.
+func (c *canvas) masked() int {
+	n := 0
+	for _, f := range c.fixed {
+		if !f {
+			n++
+		}
+	}
+	return n
+}
+
 // commit fixes masked positions from one step's candidates tok and their
 // probabilities conf (for positions 0..len(tok)-1): every one whose
 // probability reaches threshold, else the single most confident one (the

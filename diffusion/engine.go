@@ -1,6 +1,7 @@
 package diffusion
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -18,6 +19,11 @@ type engine interface {
 	// cached, but only commit makes them context.
 	forward(ids []int64, causal, rows int) (*torch.Tensor, error)
 	commit(n int64) error
+	// ahead queues forward for n ids not known yet, when the engine can,
+	// and release then gives them (see model.Decoder.ForwardAhead); ok
+	// false: nothing was queued.
+	ahead(n, causal, rows int) (logits *torch.Tensor, ok bool, err error)
+	release(ids []int64) error
 	// room is how many positions the generation may still add.
 	room() int64
 	free()
@@ -72,6 +78,9 @@ func (e *eagerEngine) device(t *torch.Tensor) *torch.Tensor {
 	return t.To(t.DType(), e.m.Device)
 }
 
+func (e *eagerEngine) ahead(int, int, int) (*torch.Tensor, bool, error) { return nil, false, nil }
+func (e *eagerEngine) release([]int64) error                       { return errors.New("eager engine: nothing queued") }
+
 func (e *eagerEngine) commit(n int64) error { return e.cache.Commit(n) }
 func (e *eagerEngine) room() int64          { return e.cache.Max - e.cache.Len }
 func (e *eagerEngine) free()                { e.cache.Free() }
@@ -79,13 +88,23 @@ func (e *eagerEngine) free()                { e.cache.Free() }
 // fastEngine is the model's Decoder, kept by the Sampler across
 // generations so that its KV cache and CUDA graphs are made once.
 type fastEngine struct {
-	d     *model.Decoder
-	limit int64 // the generation's positions
+	d       *model.Decoder
+	limit   int64 // the generation's positions
+	noAhead bool  // $DLLM_AHEAD=0: never queue a forward ahead (to measure)
 }
 
 func (e *fastEngine) forward(ids []int64, causal, rows int) (*torch.Tensor, error) {
 	return e.d.Forward(ids, causal, rows)
 }
+
+func (e *fastEngine) ahead(n, causal, rows int) (*torch.Tensor, bool, error) {
+	if e.noAhead {
+		return nil, false, nil
+	}
+	return e.d.ForwardAhead(n, causal, rows)
+}
+
+func (e *fastEngine) release(ids []int64) error { return e.d.Release(ids) }
 
 func (e *fastEngine) commit(n int64) error { return e.d.Commit(n) }
 func (e *fastEngine) room() int64          { return e.limit - e.d.Len }
@@ -121,7 +140,7 @@ func (s *Sampler) engine(p plan) (engine, error) {
 		s.dec = d
 	}
 	s.dec.Reset()
-	return &fastEngine{d: s.dec, limit: int64(p.cacheLen)}, nil
+	return &fastEngine{d: s.dec, limit: int64(p.cacheLen), noAhead: os.Getenv("DLLM_AHEAD") == "0"}, nil
 }
 
 // eager reports whether generations run Model.Forward over a KVCache

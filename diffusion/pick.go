@@ -40,11 +40,36 @@ func newPicker(p plan, dev torch.Device, vocab int) *picker {
 
 func (pk *picker) free() { pk.before.Free() }
 
+// picks is a step's candidates on their way to the host (picker.start).
+type picks struct {
+	c *torch.HostCopy[float64] // (2n): probabilities, then ids
+}
+
+// wait returns the candidates and their probabilities: a step's one host
+// sync.
+func (p *picks) wait() (tok []int64, conf []float64) {
+	host := p.c.Wait()
+	n := len(host) / 2
+	tok = make([]int64, n)
+	for i := range tok {
+		tok[i] = int64(host[n+i])
+	}
+	return tok, host[:n]
+}
+
+// free drops picks that will not be waited for.
+func (p *picks) free() { p.c.Free() }
+
 // pick returns, for each row of first (1, V), when not nil, and then of
 // logits (n, V), a candidate token and its probability under the
 // distribution it was drawn from (softmax(logits/T) renormalised over the
-// nucleus; plain softmax when greedy). This is a step's one host sync.
+// nucleus; plain softmax when greedy).
 func (pk *picker) pick(first, logits *torch.Tensor) (tok []int64, conf []float64) {
+	return pk.start(first, logits).wait()
+}
+
+// start is pick up to the copy to the host, which it leaves on its way.
+func (pk *picker) start(first, logits *torch.Tensor) *picks {
 	var tmp []*torch.Tensor
 	keep := func(t *torch.Tensor) *torch.Tensor { tmp = append(tmp, t); return t }
 	defer func() { torch.Free(tmp...) }()
@@ -85,12 +110,7 @@ func (pk *picker) pick(first, logits *torch.Tensor) (tok []int64, conf []float64
 		p := keep(keep(keep(logp.Gather(1, col)).Exp()).Reshape(n)) // (n) float32
 		both = keep(torch.Cat(0, keep(p.To(torch.Float64, pk.dev)), keep(ids.To(torch.Float64, pk.dev))))
 	}
-	host := torch.ToSlice[float64](both)
-	tok = make([]int64, n)
-	for i := range tok {
-		tok[i] = int64(host[n+int64(i)])
-	}
-	return tok, host[:n]
+	return &picks{c: torch.StartToSlice[float64](both)}
 }
 
 // nucleus keeps, per row of log-probabilities (n, V), the most likely tokens

@@ -101,61 +101,111 @@ func (g *generation) extend(ids []int64, carry bool) error {
 	return g.eng.commit(int64(len(ids)))
 }
 
-// predict returns a candidate and its probability for each position of
-// the canvas: from one forward of the block over the cached context, or,
+// predict queues one step's prediction for the canvas c and returns its
+// picks (a candidate and its probability for each position) on their way
+// to the host: from one forward of the block over the cached context, or,
 // with the shift when only the first position is masked, from the carry
 // alone (one candidate, no forward).
-func (g *generation) predict(c *canvas) ([]int64, []float64, error) {
+func (g *generation) predict(c *canvas) (*picks, error) {
 	if g.p.shift && c.onlyFirstMasked() {
 		// The carry comes from the pending block's forward.
 		if err := g.flush(); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
-		tok, conf := g.pick.pick(nil, g.carry)
-		return tok, conf, nil
+		return g.pick.start(nil, g.carry), nil
 	}
 	g.steps++
-	n := int64(len(c.ids))
+	n := len(c.ids)
 	// 1. One forward: the pending block (causal; with the shift its last
 	//    row is the carry) and the canvas, which sees it and itself.
 	p := len(g.pending)
-	want := len(c.ids)
+	want := n
 	if p > 0 && g.p.shift {
 		want++
 	}
 	logits, err := g.eng.forward(append(g.pending[:p:p], c.ids...), p, want)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	defer logits.Free()
 	if p > 0 {
 		g.pending = nil
 		if err := g.eng.commit(int64(p)); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		if g.p.shift {
 			g.carry.Free()
 			g.carry = logits.Narrow(0, 0, 1)
 		}
 	}
-	// 2. The canvas rows (n, V): row i predicts position i.
-	rows := logits.Narrow(0, int64(want)-n, n)
+	return g.canvasPicks(logits, want, n), nil
+}
+
+// canvasPicks starts the picks of a canvas of n positions from the last n
+// of want logit rows: row i predicts position i, or with the shift
+// position i+1, the carry predicting position 0.
+func (g *generation) canvasPicks(logits *torch.Tensor, want, n int) *picks {
+	rows := logits.Narrow(0, int64(want-n), int64(n))
 	defer rows.Free()
 	if g.p.shift {
-		// Row i predicts position i+1; the carry predicts position 0.
-		head := rows.Narrow(0, 0, n-1)
+		head := rows.Narrow(0, 0, int64(n-1))
 		defer head.Free()
-		tok, conf := g.pick.pick(g.carry, head)
-		return tok, conf, nil
+		return g.pick.start(g.carry, head)
 	}
-	tok, conf := g.pick.pick(nil, rows)
-	return tok, conf, nil
+	return g.pick.start(nil, rows)
+}
+
+// ahead is a denoising step of a canvas of n positions queued before the
+// step before it has been read (see denoise); queue returns nil where the
+// engine cannot queue it.
+type ahead struct {
+	n     int
+	picks *picks
+}
+
+func (g *generation) queue(n int) (*ahead, error) {
+	logits, ok, err := g.eng.ahead(n, 0, n)
+	if err != nil || !ok {
+		return nil, err
+	}
+	defer logits.Free()
+	return &ahead{n: n, picks: g.canvasPicks(logits, n, n)}, nil
+}
+
+// run gives a queued step its canvas; drop gives it the mask ids instead
+// and forgets it (the device runs it for nothing).
+func (g *generation) run(a *ahead, c *canvas) (*picks, error) {
+	if err := g.eng.release(c.ids); err != nil {
+		a.picks.free()
+		return nil, err
+	}
+	g.steps++
+	return a.picks, nil
+}
+
+func (g *generation) drop(a *ahead) error {
+	a.picks.free()
+	return g.eng.release(newCanvas(a.n, g.p.mask).ids)
 }
 
 // denoise fills a canvas of n positions until its output is settled (see
-// canvas.settled) and returns the tokens it adds to the output.
+// canvas.settled) and returns the tokens it adds to the output. With a
+// fixed number of commits a step, a step that is sure to come (more
+// positions masked than this step fixes, and the output waiting for all
+// of them) is queued before this step's picks are read, so that on a GPU
+// the host's turn between the two and the next forward's launch overlap
+// this step's work (~30 us a step on an H200, docs/performance.md). Only
+// a stop token ends a block early: then that step runs for nothing.
 func (g *generation) denoise(ctx context.Context, n, need int) (out []int64, stopped bool, err error) {
 	c := newCanvas(n, g.p.mask)
+	var next *ahead
+	defer func() {
+		if next != nil {
+			if e := g.drop(next); err == nil {
+				err = e
+			}
+		}
+	}()
 	for step := 1; ; step++ {
 		if keep, stopped, done := c.settled(need, g.p.stop); done {
 			return c.ids[:keep], stopped, nil
@@ -163,11 +213,31 @@ func (g *generation) denoise(ctx context.Context, n, need int) (out []int64, sto
 		if err := ctx.Err(); err != nil {
 			return nil, false, err
 		}
-		tok, conf, err := g.predict(c)
+		if a := next; a != nil && g.p.shift && c.onlyFirstMasked() {
+			// The carry alone predicts what is left: no forward.
+			next = nil
+			if err := g.drop(a); err != nil {
+				return nil, false, err
+			}
+		}
+		var pk *picks
+		if a := next; a != nil {
+			next = nil
+			pk, err = g.run(a, c)
+		} else {
+			pk, err = g.predict(c)
+		}
 		if err != nil {
 			return nil, false, err
 		}
 		last := step >= g.p.maxSteps
+		if g.p.fixed > 0 && !last && need == n && c.masked() > g.p.fixed {
+			if next, err = g.queue(n); err != nil {
+				pk.free()
+				return nil, false, err
+			}
+		}
+		tok, conf := pk.wait()
 		if g.p.fixed > 0 {
 			c.commitTop(tok, conf, g.p.fixed, g.p.shift, last)
 		} else {

@@ -104,9 +104,11 @@ func TestCachedStepMatchesFullForward(t *testing.T) {
 			if err := g.commit(block1); err != nil {
 				t.Fatal(err)
 			}
-			if tok, conf, err = g.predict(canvas); err != nil {
+			pk, err := g.predict(canvas)
+			if err != nil {
 				t.Fatal(err)
 			}
+			tok, conf = pk.wait()
 		})
 		for i := range B {
 			row := L + B + i // the row that predicts position i without the shift

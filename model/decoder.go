@@ -107,6 +107,30 @@ func (d *Decoder) Forward(ids []int64, causal, rows int) (logits *torch.Tensor, 
 	return d.d.Forward(ids, d.Len, causal, rows), nil
 }
 
+// ForwardAhead is Forward for n ids that are not known yet (see
+// torch.Decoder.ForwardAhead): where the decoder can, it queues the
+// forward now and Release gives it the ids; ok false means nothing was
+// queued (call Forward when the ids are known).
+func (d *Decoder) ForwardAhead(n, causal, rows int) (logits *torch.Tensor, ok bool, err error) {
+	defer torch.Recover(&err)
+	if n < 1 || d.Len+int64(n) > d.Max {
+		return nil, false, fmt.Errorf("decoder: %d positions from %d exceed the KV cache of %d", n, d.Len, d.Max)
+	}
+	if causal < 0 || causal > n || rows < 0 || rows > n {
+		return nil, false, fmt.Errorf("decoder: %d causal positions and %d logit rows of %d", causal, rows, n)
+	}
+	defer func(t0 time.Time) { d.Host += time.Since(t0) }(time.Now())
+	logits, ok = d.d.ForwardAhead(n, d.Len, causal, rows)
+	return logits, ok, nil
+}
+
+// Release gives the forward ForwardAhead queued its ids.
+func (d *Decoder) Release(ids []int64) (err error) {
+	defer torch.Recover(&err)
+	d.d.Release(ids)
+	return nil
+}
+
 // Commit marks n more positions (written by the last Forward) as context.
 func (d *Decoder) Commit(n int64) error {
 	if n < 0 || d.Len+n > d.Max {

@@ -3,6 +3,7 @@ package model
 import (
 	"math/rand/v2"
 	"os"
+	"slices"
 	"testing"
 
 	"dllm/torch"
@@ -282,5 +283,93 @@ func randomIDs(cfg *Config, seed uint64) func(n int) []int64 {
 			out[i] = rng.Int64N(int64(cfg.VocabSize))
 		}
 		return out
+	}
+}
+
+// On a GPU: a forward queued ahead of its ids (ForwardAhead) gives, once
+// Release gives them, the logits Forward gives for the same ids, bit for
+// bit; released with other ids it gives others; a release of the wrong
+// count, or with nothing queued, is an error. Random weights of
+// MiniCPM5-2B's shape, past the context from which block steps attend
+// through cuDNN.
+func TestDecoderCUDAForwardAhead(t *testing.T) {
+	if err := torch.Load(); err != nil || !torch.CUDAAvailable() {
+		t.Skip("no CUDA device")
+	}
+	cfg, err := LoadConfig("../testdata/minicpm5-2b-shape")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := NewRandom(cfg, LoadOptions{Device: torch.CUDA(0), DType: torch.BFloat16}, 5, 0.02)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Free()
+	d, err := m.NewDecoder(4096, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Free()
+	rng := rand.New(rand.NewPCG(5, 6))
+	ids := func(n int) []int64 {
+		s := make([]int64, n)
+		for i := range s {
+			s[i] = rng.Int64N(int64(cfg.VocabSize))
+		}
+		return s
+	}
+	for _, chunk := range [][]int64{ids(512), ids(512), ids(76)} {
+		if _, err := d.Forward(chunk, len(chunk), 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Commit(int64(len(chunk))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	block := ids(32)
+	logits := func(l *torch.Tensor, err error) []float32 {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Free()
+		return torch.ToSlice[float32](l)
+	}
+	var want []float32
+	for range 3 { // eager, captured, replayed
+		want = logits(d.Forward(block, 0, 32))
+	}
+	l, ok, err := d.ForwardAhead(32, 0, 32)
+	if err != nil || !ok {
+		t.Fatalf("ForwardAhead of a captured block step: queued %v, %v", ok, err)
+	}
+	if err := d.Release(block[:31]); err == nil {
+		t.Error("a release of 31 ids for a forward of 32 succeeded")
+	}
+	if err := d.Release(block); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Release(block); err == nil {
+		t.Error("a release with nothing queued succeeded")
+	}
+	got := logits(l, nil)
+	diff := 0
+	for i := range want {
+		if got[i] != want[i] {
+			diff++
+		}
+	}
+	if diff > 0 {
+		t.Errorf("queued ahead: %d of %d logits differ from Forward's", diff, len(want))
+	}
+	l, _, err = d.ForwardAhead(32, 0, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Release(ids(32)); err != nil {
+		t.Fatal(err)
+	}
+	if other := logits(l, nil); slices.Equal(other, want) {
+		t.Error("queued ahead and given other ids: the same logits")
 	}
 }

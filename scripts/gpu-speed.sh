@@ -6,7 +6,7 @@
 # environment setting that turns a piece off. A table last.
 #
 # Usage: scripts/gpu-speed.sh   (expects bin/dllm, build/gpu/model.test and
-# build/gpu/torch.test built on the CPU machine: go test -c -o ... ./model)
+# build/gpu/torch.test (and diffusion.test) built on the CPU machine: go test -c -o ... ./model)
 # Environment:
 #   CTX="1k 8k 32k"   contexts for bench decode ("" skips it)
 #   COMMIT=3          tokens committed per denoising forward
@@ -64,7 +64,7 @@ done
 if [ -n "$TESTS" ]; then
 	for te in "" ${TEST_AB-}; do
 		[ -n "$te" ] && echo "tests with $te:"
-		for pkg in torch model; do
+		for pkg in torch model diffusion; do
 			[ -x build/gpu/$pkg.test ] || continue
 			(cd $pkg && env DLLM_TORCH_LIB=$PWD/../bin/libdllmtorch.so ${te//+/ } ../build/gpu/$pkg.test \
 				-test.run "$TESTS" -test.timeout 240s -test.v 2>&1 | grep -v -E "^=== (RUN|PAUSE|CONT)" | tail -40)

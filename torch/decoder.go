@@ -95,6 +95,46 @@ func (d *Decoder) Forward(ids []int64, pos int64, causal, rows int) *Tensor {
 	return wrap(out)
 }
 
+// ForwardAhead queues Forward for n ids the caller does not have yet, so
+// that the forward's launch overlaps the work before it: where the
+// forward's CUDA graphs are captured it queues them behind a kernel that
+// waits for Release to give the ids and returns true with the logits
+// (rows, V) to be; elsewhere it queues nothing and returns false (call
+// Forward then). Each forward queued so must be released before the next
+// is queued: the device waits for its ids (at most ~5 s, after which
+// Release panics).
+func (d *Decoder) ForwardAhead(n int, pos int64, causal, rows int) (*Tensor, bool) {
+	mustLoad()
+	if d.p == nil {
+		panic(&Error{Op: "decoder_forward_ahead", Msg: "decoder is freed"})
+	}
+	var out C.dt_tensor
+	var ok C.int
+	check("decoder_forward_ahead", C.dtl_decoder_forward_ahead(d.p, C.int64_t(n), C.int64_t(pos), C.int64_t(causal),
+		C.int64_t(rows), &ok, &out))
+	if ok == 0 {
+		return nil, false
+	}
+	if out == nil {
+		return nil, true
+	}
+	return wrap(out), true
+}
+
+// Release gives the forward ForwardAhead queued its ids.
+func (d *Decoder) Release(ids []int64) {
+	mustLoad()
+	if d.p == nil {
+		panic(&Error{Op: "decoder_release", Msg: "decoder is freed"})
+	}
+	if len(ids) == 0 {
+		panic(&Error{Op: "decoder_release", Msg: "no input tokens"})
+	}
+	e := C.dtl_decoder_release(d.p, (*C.int64_t)(unsafe.Pointer(&ids[0])), C.int64_t(len(ids)))
+	runtime.KeepAlive(ids)
+	check("decoder_release", e)
+}
+
 // Prepare captures, ahead of use, the CUDA graphs of block steps of n
 // tokens whose attention runs through cuDNN, and of fused commits (2 n
 // tokens, n causal; not with $DLLM_FUSED_CUDNN=0): one of each per context

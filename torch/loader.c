@@ -53,6 +53,12 @@ static int64_t (*p_numel)(dt_tensor t);
 int64_t dtl_numel(dt_tensor t) { return p_numel(t); }
 static dt_err (*p_to_host)(dt_tensor t, int dtype, void *dst, size_t nbytes);
 dt_err dtl_to_host(dt_tensor t, int dtype, void *dst, size_t nbytes) { return p_to_host(t, dtype, dst, nbytes); }
+static dt_err (*p_to_host_start)(dt_tensor t, int dtype, dt_host_copy *out);
+dt_err dtl_to_host_start(dt_tensor t, int dtype, dt_host_copy *out) { return p_to_host_start(t, dtype, out); }
+static dt_err (*p_to_host_wait)(dt_host_copy c, void *dst, size_t nbytes);
+dt_err dtl_to_host_wait(dt_host_copy c, void *dst, size_t nbytes) { return p_to_host_wait(c, dst, nbytes); }
+static void (*p_host_copy_free)(dt_host_copy c);
+void dtl_host_copy_free(dt_host_copy c) { p_host_copy_free(c); }
 static dt_err (*p_to)(dt_tensor t, int dtype, int device_type, int device_index, dt_tensor *out);
 dt_err dtl_to(dt_tensor t, int dtype, int device_type, int device_index, dt_tensor *out) { return p_to(t, dtype, device_type, device_index, out); }
 static dt_err (*p_clone)(dt_tensor t, dt_tensor *out);
@@ -151,6 +157,10 @@ static dt_err (*p_decoder_new)(dt_tensor embed, dt_tensor norm, dt_tensor head, 
 dt_err dtl_decoder_new(dt_tensor embed, dt_tensor norm, dt_tensor head, const dt_tensor *layers, int n_layers, int n_head, int n_kv_head, double eps, double attn_scale, dt_tensor cos, dt_tensor sin, int graphs, dt_decoder *out) { return p_decoder_new(embed, norm, head, layers, n_layers, n_head, n_kv_head, eps, attn_scale, cos, sin, graphs, out); }
 static dt_err (*p_decoder_forward)(dt_decoder d, const int64_t *ids, int64_t n, int64_t pos, int64_t causal, int64_t rows, dt_tensor *logits);
 dt_err dtl_decoder_forward(dt_decoder d, const int64_t *ids, int64_t n, int64_t pos, int64_t causal, int64_t rows, dt_tensor *logits) { return p_decoder_forward(d, ids, n, pos, causal, rows, logits); }
+static dt_err (*p_decoder_forward_ahead)(dt_decoder d, int64_t n, int64_t pos, int64_t causal, int64_t rows, int *ok, dt_tensor *logits);
+dt_err dtl_decoder_forward_ahead(dt_decoder d, int64_t n, int64_t pos, int64_t causal, int64_t rows, int *ok, dt_tensor *logits) { return p_decoder_forward_ahead(d, n, pos, causal, rows, ok, logits); }
+static dt_err (*p_decoder_release)(dt_decoder d, const int64_t *ids, int64_t n);
+dt_err dtl_decoder_release(dt_decoder d, const int64_t *ids, int64_t n) { return p_decoder_release(d, ids, n); }
 static int64_t (*p_decoder_graphs)(dt_decoder d);
 int64_t dtl_decoder_graphs(dt_decoder d) { return p_decoder_graphs(d); }
 static dt_err (*p_decoder_prepare)(dt_decoder d, int64_t n, int64_t upto, int64_t *captured);
@@ -218,6 +228,9 @@ const char *dtl_open(const char *path) {
   RESOLVE(device)
   RESOLVE(numel)
   RESOLVE(to_host)
+  RESOLVE(to_host_start)
+  RESOLVE(to_host_wait)
+  RESOLVE(host_copy_free)
   RESOLVE(to)
   RESOLVE(clone)
   RESOLVE(contiguous)
@@ -267,6 +280,8 @@ const char *dtl_open(const char *path) {
   RESOLVE(detach)
   RESOLVE(decoder_new)
   RESOLVE(decoder_forward)
+  RESOLVE(decoder_forward_ahead)
+  RESOLVE(decoder_release)
   RESOLVE(decoder_graphs)
   RESOLVE(decoder_prepare)
   RESOLVE(decoder_free)

@@ -363,6 +363,50 @@ func ToSlice[E Element](t *Tensor) []E {
 	return out
 }
 
+// HostCopy is a copy of a tensor to host memory still on its way
+// (StartToSlice), so that the host can queue more work before it waits.
+type HostCopy[E Element] struct {
+	p C.dt_host_copy
+	n int64
+}
+
+// StartToSlice queues ToSlice's copy of t and returns at once: on CUDA the
+// copy goes to pinned memory behind the work already queued, and Wait
+// waits for it. t may be freed before then.
+func StartToSlice[E Element](t *Tensor) *HostCopy[E] {
+	c := &HostCopy[E]{n: t.Numel()}
+	do("to_host_start", func() C.dt_err { return C.dtl_to_host_start(t.h(), C.int(dtypeOf[E]()), &c.p) }, t)
+	return c
+}
+
+// Wait returns the copied elements (waiting for them) and frees the copy.
+func (c *HostCopy[E]) Wait() []E {
+	if c.p == nil {
+		panic(&Error{Op: "to_host_wait", Msg: "copy already waited for or freed"})
+	}
+	out := make([]E, c.n)
+	var z E
+	n := len(out) * int(unsafe.Sizeof(z))
+	var p unsafe.Pointer
+	if n > 0 {
+		p = unsafe.Pointer(&out[0])
+	}
+	h := c.p
+	c.p = nil
+	do("to_host_wait", func() C.dt_err { return C.dtl_to_host_wait(h, p, C.size_t(n)) })
+	return out
+}
+
+// Free drops a copy that will not be waited for. Freeing twice, or after
+// Wait, is harmless.
+func (c *HostCopy[E]) Free() {
+	if c == nil || c.p == nil {
+		return
+	}
+	C.dtl_host_copy_free(c.p)
+	c.p = nil
+}
+
 // Float32s copies t to the host as float32.
 func (t *Tensor) Float32s() []float32 { return ToSlice[float32](t) }
 

@@ -82,6 +82,18 @@ func TestDTypeRoundTrip(t *testing.T) {
 	if !b[0] || b[1] || !b[2] {
 		t.Fatalf("bool round trip %v", b)
 	}
+	// The copy in two halves: the same values; a second Wait panics.
+	c := StartToSlice[float64](FromSlice(vals).To(BFloat16, CPU))
+	closeTo(t, "StartToSlice", c.Wait(), vals, 0)
+	c.Free()
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("a second Wait did not panic")
+			}
+		}()
+		c.Wait()
+	}()
 	// Raw bf16 bytes (as safetensors stores them): 1.0 = 0x3F80, -2 = 0xC000.
 	x := FromBytes([]byte{0x80, 0x3f, 0x00, 0xc0}, BFloat16, []int64{2}, CPU)
 	closeTo(t, "bf16 bytes", f64(x), []float64{1, -2}, 0)

@@ -416,6 +416,62 @@ dt_err dt_to_host(dt_tensor t, int dtype, void *dst, size_t nbytes) {
   });
 }
 
+namespace {
+// HostCopy is dt_to_host_start's copy in flight.
+struct HostCopy {
+  at::Tensor h; // on the host (pinned when the source is on CUDA)
+#ifdef DLLM_CUDA
+  cudaEvent_t done = nullptr; // recorded after the copy
+#endif
+  ~HostCopy() {
+#ifdef DLLM_CUDA
+    if (done) cudaEventDestroy(done);
+#endif
+  }
+};
+} // namespace
+
+dt_err dt_to_host_start(dt_tensor t, int dtype, dt_host_copy *out) {
+  return guard([&] {
+    check_dtype(dtype);
+    auto src = T(t).detach().to(stype(dtype)).contiguous();
+    auto c = std::make_unique<HostCopy>();
+#ifdef DLLM_CUDA
+    if (src.is_cuda()) {
+      c->h = at::empty(src.sizes(), src.options().device(at::kCPU).pinned_memory(true));
+      c->h.copy_(src, /*non_blocking=*/true);
+      C10_CUDA_CHECK(cudaEventCreateWithFlags(&c->done, cudaEventDisableTiming));
+      C10_CUDA_CHECK(cudaEventRecord(c->done, c10::cuda::getCurrentCUDAStream()));
+      *out = c.release();
+      return;
+    }
+#endif
+    c->h = src.to(at::kCPU);
+    *out = c.release();
+  });
+}
+
+dt_err dt_to_host_wait(dt_host_copy hc, void *dst, size_t nbytes) {
+  std::unique_ptr<HostCopy> c(static_cast<HostCopy *>(hc));
+  return guard([&] {
+#ifdef DLLM_CUDA
+    if (c->done) {
+      // Polled rather than waited on: the step's next work waits on this
+      // thread, and a blocking wait adds its wake-up to every step.
+      cudaError_t e;
+      while ((e = cudaEventQuery(c->done)) == cudaErrorNotReady) {
+      }
+      C10_CUDA_CHECK(e);
+    }
+#endif
+    auto have = static_cast<size_t>(c->h.numel()) * c->h.element_size();
+    TORCH_CHECK(have == nbytes, "to_host: tensor holds ", have, " bytes, buffer ", nbytes);
+    if (nbytes) std::memcpy(dst, c->h.data_ptr(), nbytes);
+  });
+}
+
+void dt_host_copy_free(dt_host_copy c) { delete static_cast<HostCopy *>(c); }
+
 dt_err dt_to(dt_tensor t, int dtype, int device_type, int device_index, dt_tensor *out) {
   return guard([&] {
     check_dtype(dtype);
@@ -869,6 +925,39 @@ struct Decoder {
   at::Tensor post_bar;      // post_fused's barrier count (DTK_TMA_POST_SYNC bytes, zero at first)
   int64_t qkv_ahead = 0;    // whole-forward graphs of up to this many rows: post_fused also runs the next layer's QKV projection
   int graphs = 0;      // capture graphs for query lengths up to this
+#ifdef DLLM_KERNELS
+  // forward_ahead's gate (dtk_gate_ids): host memory the device reads.
+  int64_t *gate = nullptr, *gate_dev = nullptr;
+  int64_t gate_seq = 0; // the last forward_ahead's number
+  int64_t gate_n = 0;   // its ids, until release gives them
+  at::Tensor stamp;     // DLLM_STAMP: the kernels' host-turn stamps (dtk_stamp_init), reported when freed
+  ~Decoder() {
+    if (gate) {
+      if (gate_n > 0) release(gate + 2, gate_n); // whatever ids: nothing reads its results
+      cudaDeviceSynchronize();
+      cudaFreeHost(gate);
+    }
+    if (!stamp.defined()) return;
+    dtk_stamp_init(nullptr);
+    auto h = stamp.cpu();
+    auto *v = h.data_ptr<int64_t>();
+    int64_t n = std::min<int64_t>(v[3], 1024);
+    std::vector<double> a, b;
+    for (int64_t i = n / 5; i < n; i++) { // past the warm-up
+      if (v[8 + 2 * i] > 0) a.push_back(v[8 + 2 * i] / 1e3);
+      if (v[9 + 2 * i] > 0) b.push_back(v[9 + 2 * i] / 1e3);
+    }
+    auto q = [](std::vector<double> &x, double f) {
+      if (x.empty()) return 0.0;
+      std::sort(x.begin(), x.end());
+      return x[std::min(x.size() - 1, static_cast<size_t>(f * x.size()))];
+    };
+    std::fprintf(stderr,
+                 "dllm: stamps over %zu forwards: pick end to set_ids start us p10/p50/p90 %.1f/%.1f/%.1f; "
+                 "set_ids to first RoPE %.1f/%.1f/%.1f (%zu)\n",
+                 a.size(), q(a, 0.1), q(a, 0.5), q(a, 0.9), q(b, 0.1), q(b, 0.5), q(b, 0.9), b.size());
+  }
+#endif
   std::map<int64_t, int> seen; // forwards per capture key (see forward), before capture
 #ifdef DLLM_CUDA
   std::map<int64_t, Captured> captured;
@@ -1420,6 +1509,52 @@ struct Decoder {
   }
 #endif
 
+#ifdef DLLM_KERNELS
+  // forward_ahead is forward_host for n ids the host does not have yet: it
+  // queues the forward behind a kernel that waits for release to give them,
+  // so that the graph's launch and the host's turn between two steps
+  // overlap the step before. Undefined (nothing queued) where the forward
+  // has no graph yet. The caller must release every forward_ahead before
+  // the next.
+  at::Tensor forward_ahead(int64_t n, int64_t pos, int64_t causal) {
+    TORCH_CHECK(gate_n == 0, "decoder: a forward queued ahead was not given its ids");
+    if (!(kernels && graphs > 0 && n <= graphs && n <= DTK_SET_IDS_MAX && pos >= 0 && pos + n <= cos.size(0)))
+      return {};
+    auto it = captured.find(capture_key(n, causal, pos + n));
+    if (it == captured.end()) return {};
+    if (!gate) {
+      void *g = nullptr, *gd = nullptr;
+      C10_CUDA_CHECK(cudaHostAlloc(&g, DTK_GATE * sizeof(int64_t), cudaHostAllocMapped));
+      gate = static_cast<int64_t *>(g);
+      std::memset(gate, 0, DTK_GATE * sizeof(int64_t));
+      C10_CUDA_CHECK(cudaHostGetDevicePointer(&gd, g, 0));
+      gate_dev = static_cast<int64_t *>(gd);
+    }
+    clear_past(n, causal, pos + n);
+    check_launch(dtk_gate_ids(it->second.ids.data_ptr<int64_t>(), it->second.pos.data_ptr<int64_t>(), gate_dev,
+                              gate_seq + 1, n, pos, stream()),
+                 "gate_ids");
+    gate_seq++;
+    gate_n = n;
+    return replay(it->second, pos, causal);
+  }
+
+  // release gives the last forward_ahead its ids: the ids, then the
+  // sequence number (the device reads them in that order), then a look at
+  // whether the device gave up waiting first (a fence on each side orders
+  // its mark and its last look at the number against these).
+  void release(const int64_t *ids, int64_t n) {
+    TORCH_CHECK(gate_n > 0, "decoder: no forward queued ahead to give ids to");
+    TORCH_CHECK(n == gate_n, "decoder: ", n, " ids for a forward of ", gate_n);
+    gate_n = 0;
+    if (ids != gate + 2) std::memcpy(gate + 2, ids, n * sizeof(int64_t));
+    __atomic_store_n(gate, gate_seq, __ATOMIC_RELEASE);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    TORCH_CHECK(__atomic_load_n(gate + 1, __ATOMIC_ACQUIRE) < gate_seq,
+                "decoder: the device stopped waiting for a step's ids (5 s) and ran it on stale ones");
+  }
+#endif
+
 #ifdef DLLM_CUDA
   // on_side runs f, which captures graphs (capture records on the side
   // stream), on the side stream after the current stream's work and waits
@@ -1656,6 +1791,10 @@ dt_err dt_decoder_new(dt_tensor embed, dt_tensor norm, dt_tensor head, const dt_
     d->kernels = cuda && (st == at::kBFloat16 || st == at::kHalf) && d->D % 2 == 0 && d->D <= 2048 &&
                  d->cos.is_contiguous() && d->cos.scalar_type() == st;
     if (d->kernels) d->post_bar = at::zeros({DTK_TMA_POST_SYNC / 8}, d->embed.options().dtype(at::kLong));
+    if (d->kernels && std::getenv("DLLM_STAMP")) {
+      d->stamp = at::zeros({8 + 2048}, d->embed.options().dtype(at::kLong));
+      TORCH_CHECK(dtk_stamp_init(d->stamp.data_ptr()) == 0, "decoder: DLLM_STAMP");
+    }
     // DLLM_QKV_AHEAD=0 keeps each layer's QKV projection a kernel of its
     // own instead of the persistent kernel's last phase, =32 only in
     // forwards of up to 32 rows (to measure).
@@ -1754,6 +1893,35 @@ dt_err dt_decoder_forward(dt_decoder dec, const int64_t *ids, int64_t n, int64_t
 #endif
     auto l = d->logits(h, rows);
     *logits = l.defined() ? W(l) : nullptr;
+  });
+}
+
+dt_err dt_decoder_forward_ahead(dt_decoder dec, int64_t n, int64_t pos, int64_t causal, int64_t rows, int *ok,
+                                dt_tensor *logits) {
+  return guard([&] {
+    TORCH_CHECK(n >= 1, "decoder: no input tokens");
+    *ok = 0;
+    *logits = nullptr;
+#ifdef DLLM_KERNELS
+    auto *d = static_cast<Decoder *>(dec);
+    at::NoGradGuard ng;
+    auto h = d->forward_ahead(n, pos, std::clamp<int64_t>(causal, 0, n));
+    if (!h.defined()) return;
+    *ok = 1;
+    auto l = d->logits(h, rows);
+    *logits = l.defined() ? W(l) : nullptr;
+#endif
+  });
+}
+
+dt_err dt_decoder_release(dt_decoder dec, const int64_t *ids, int64_t n) {
+  return guard([&] {
+    TORCH_CHECK(ids != nullptr && n >= 1, "decoder: no input tokens");
+#ifdef DLLM_KERNELS
+    static_cast<Decoder *>(dec)->release(ids, n);
+#else
+    TORCH_CHECK(false, "decoder: no forward queued ahead to give ids to");
+#endif
   });
 }
 

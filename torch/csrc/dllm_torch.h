@@ -28,6 +28,7 @@ typedef void *dt_tensor;
 typedef char *dt_err;
 typedef void *dt_decoder;
 typedef void *dt_layout;
+typedef void *dt_host_copy;
 
 /* Scalar types, numbered as c10::ScalarType so conversion is a cast. */
 enum {
@@ -99,6 +100,13 @@ int64_t dt_numel(dt_tensor t);
 /* Copies the tensor, converted to dtype and made contiguous, into host memory
  * of nbytes (must be exactly numel * element size). */
 dt_err dt_to_host(dt_tensor t, int dtype, void *dst, size_t nbytes);
+/* dt_to_host in two halves: start queues the copy (a CUDA tensor's into
+ * pinned memory, behind the work queued on the current stream) and returns
+ * at once; wait waits for it, copies nbytes into dst and frees c. A copy
+ * not waited for is freed with dt_host_copy_free. */
+dt_err dt_to_host_start(dt_tensor t, int dtype, dt_host_copy *out);
+dt_err dt_to_host_wait(dt_host_copy c, void *dst, size_t nbytes);
+void dt_host_copy_free(dt_host_copy c);
 dt_err dt_to(dt_tensor t, int dtype, int device_type, int device_index,
              dt_tensor *out);
 dt_err dt_clone(dt_tensor t, dt_tensor *out);
@@ -255,6 +263,19 @@ dt_err dt_decoder_new(dt_tensor embed, dt_tensor norm, dt_tensor head,
 dt_err dt_decoder_forward(dt_decoder d, const int64_t *ids, int64_t n,
                           int64_t pos, int64_t causal, int64_t rows,
                           dt_tensor *logits);
+/* dt_decoder_forward for n ids that are not known yet: on CUDA, where the
+ * forward's graphs are captured, it queues the forward behind a kernel that
+ * waits (in host memory the device reads) for dt_decoder_release to give
+ * the ids, and sets *ok to 1; elsewhere it queues nothing and sets *ok to 0
+ * (call dt_decoder_forward then). Every forward queued so must be released
+ * before the next is queued; the device waits at most ~5 s, after which
+ * the release reports an error. */
+dt_err dt_decoder_forward_ahead(dt_decoder d, int64_t n, int64_t pos,
+                                int64_t causal, int64_t rows, int *ok,
+                                dt_tensor *logits);
+/* Gives the forward dt_decoder_forward_ahead queued its n ids (host
+ * memory), which it then runs on. */
+dt_err dt_decoder_release(dt_decoder d, const int64_t *ids, int64_t n);
 /* Number of CUDA graphs captured so far. */
 int64_t dt_decoder_graphs(dt_decoder d);
 /* Captures ahead of use the graphs of block steps of n tokens (none

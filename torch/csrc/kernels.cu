@@ -216,6 +216,19 @@ template <typename T> __device__ inline float inv_rms(const T *x, int C, float e
 
 constexpr int kRopeParts = DTK_TMA_POST_QPARTS; // dtk_rope_qkv's parts at most: the persistent kernel's
 
+// --- the host's turn between forwards (DLLM_STAMP, a measurement) -----------
+//
+// g_stamp, when set (dtk_stamp_init): %globaltimer at the greedy pick's end
+// [0], at set_ids_kernel's start [1]; [2] whether a RoPE kernel ran since;
+// [3] set_ids_kernel's count; from [8] two values a forward (mod 1024):
+// pick end to set_ids start, set_ids start to the first RoPE's start.
+__device__ unsigned long long *g_stamp;
+__device__ inline unsigned long long stamp_now() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
 // Grid (T, heads / (blockDim / (D/2))): each block takes token t and
 // blockDim / (D/2) consecutive heads of the fused output, D/2 threads a
 // head, each rotating the pair (i, i + D/2). NORM: qkv is the projection of
@@ -232,6 +245,10 @@ __global__ void rope_qkv_kernel(const T *qkv, const T *cos, const T *sin, const 
   const int64_t t = blockIdx.x, half = D / 2, i = threadIdx.x % half;
   const int64_t h = int64_t(blockIdx.y) * (blockDim.x / half) + threadIdx.x / half;
   const bool spare = h >= H + 2 * Hkv, value = !spare && h >= H + Hkv; // spare: the last block's extra heads
+  if (g_stamp && t == 0 && h == 0 && i == 0 && g_stamp[2] == 0) {
+    g_stamp[2] = 1;
+    g_stamp[8 + 2 * ((g_stamp[3] - 1) % 1024) + 1] = stamp_now() - g_stamp[1];
+  }
   // The positions (written when the forward starts, several kernels back:
   // see attn_decode_kernel) and the tables are read before the wait; x (the
   // input of the projection just before) only after it: a TMA GEMM lets
@@ -545,10 +562,51 @@ struct IdArgs {
 };
 
 __global__ void set_ids_kernel(int64_t *ids, int64_t *pos, IdArgs in, int n, int64_t p0) {
+  if (g_stamp && threadIdx.x == 0) {
+    const unsigned long long t = stamp_now(), i = g_stamp[3]++;
+    g_stamp[8 + 2 * (i % 1024)] = g_stamp[0] ? t - g_stamp[0] : 0;
+    g_stamp[1] = t, g_stamp[2] = 0;
+  }
   dep_wait();
   dep_launch();
   int t = threadIdx.x;
   if (t < n) ids[t] = in.v[t], pos[t] = p0 + t;
+}
+
+// gate_ids_kernel is set_ids_kernel for ids the host gives after the launch
+// (dtk_gate_ids): thread 0 waits until gate[0], host memory, reaches seq;
+// then each thread reads its id from gate[2 + t]. Past ~5 s of waiting it
+// writes seq to gate[1] and, unless gate[0] reached seq meanwhile, goes on
+// with whatever ids gate holds (the host reports that as an error).
+__device__ inline long long ld_acquire_sys(const long long *p) {
+  long long v;
+  asm volatile("ld.acquire.sys.global.s64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__global__ void gate_ids_kernel(int64_t *ids, int64_t *pos, long long *gate, long long seq, int n, int64_t p0) {
+  if (threadIdx.x == 0) {
+    const unsigned long long t0 = stamp_now();
+    while (ld_acquire_sys(gate) < seq) {
+      if (stamp_now() - t0 > 5000000000ull) {
+        asm volatile("st.relaxed.sys.global.s64 [%0], %1;" ::"l"(gate + 1), "l"(seq) : "memory");
+        asm volatile("fence.sc.sys;" ::: "memory");
+        ld_acquire_sys(gate);
+        break;
+      }
+      __nanosleep(128);
+    }
+    if (g_stamp) {
+      const unsigned long long t = stamp_now(), i = g_stamp[3]++;
+      g_stamp[8 + 2 * (i % 1024)] = g_stamp[0] ? t - g_stamp[0] : 0;
+      g_stamp[1] = t, g_stamp[2] = 0;
+    }
+  }
+  __syncthreads(); // orders the other threads' reads after thread 0's acquire
+  dep_wait();
+  dep_launch();
+  int t = threadIdx.x;
+  if (t < n) ids[t] = ld_acquire_sys(gate + 2 + t), pos[t] = p0 + t;
 }
 
 // --- greedy pick -------------------------------------------------------------
@@ -649,6 +707,7 @@ __global__ void pick_merge_kernel(const Part *parts, int64_t n, int slices, doub
   }
   out[r] = a < 0 ? 0.0 : 1.0 / s;
   out[n + r] = static_cast<double>(a);
+  if (g_stamp && r == 0) g_stamp[0] = stamp_now();
 }
 
 int64_t pick_slices(int64_t V) { return (V + kPickSlice - 1) / kPickSlice; }
@@ -2402,6 +2461,14 @@ int dtk_gemv_in(int dtype, int in, const void *x, const void *aux, float eps, co
   }
   return cudaErrorInvalidValue;
 }
+
+int dtk_gate_ids(int64_t *ids, int64_t *pos, int64_t *gate, int64_t seq, int64_t n, int64_t p0, void *stream) {
+  if (n < 1 || n > DTK_SET_IDS_MAX || !gate) return cudaErrorInvalidValue;
+  return launch(gate_ids_kernel, 1, DTK_SET_IDS_MAX, 0, static_cast<cudaStream_t>(stream), ids, pos,
+                reinterpret_cast<long long *>(gate), static_cast<long long>(seq), static_cast<int>(n), p0);
+}
+
+int dtk_stamp_init(void *buf) { return cudaMemcpyToSymbol(g_stamp, &buf, sizeof(buf)); }
 
 int dtk_set_ids(int64_t *ids, int64_t *pos, const int64_t *host_ids, int64_t n, int64_t p0, void *stream) {
   if (n < 1 || n > DTK_SET_IDS_MAX || !host_ids) return cudaErrorInvalidValue;
