@@ -1,7 +1,6 @@
 package diffusion
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -19,11 +18,11 @@ type engine interface {
 	// cached, but only commit makes them context.
 	forward(ids []int64, causal, rows int) (*torch.Tensor, error)
 	commit(n int64) error
-	// ahead queues forward for n ids not known yet, when the engine can,
-	// and release then gives them (see model.Decoder.ForwardAhead); ok
-	// false: nothing was queued.
-	ahead(n, causal, rows int) (logits *torch.Tensor, ok bool, err error)
-	release(ids []int64) error
+	// next queues, where the engine can, the next denoising forward of a
+	// fixed-commit block of n positions, its canvas made on the device
+	// from the last forward's and that forward's picks (see
+	// model.Decoder.ForwardNext); ok false: nothing was queued.
+	next(n int, picks *torch.Tensor, mask int64, k int, shift bool) (logits *torch.Tensor, ok bool, err error)
 	// room is how many positions the generation may still add.
 	room() int64
 	free()
@@ -78,8 +77,9 @@ func (e *eagerEngine) device(t *torch.Tensor) *torch.Tensor {
 	return t.To(t.DType(), e.m.Device)
 }
 
-func (e *eagerEngine) ahead(int, int, int) (*torch.Tensor, bool, error) { return nil, false, nil }
-func (e *eagerEngine) release([]int64) error                       { return errors.New("eager engine: nothing queued") }
+func (e *eagerEngine) next(int, *torch.Tensor, int64, int, bool) (*torch.Tensor, bool, error) {
+	return nil, false, nil
+}
 
 func (e *eagerEngine) commit(n int64) error { return e.cache.Commit(n) }
 func (e *eagerEngine) room() int64          { return e.cache.Max - e.cache.Len }
@@ -90,21 +90,19 @@ func (e *eagerEngine) free()                { e.cache.Free() }
 type fastEngine struct {
 	d       *model.Decoder
 	limit   int64 // the generation's positions
-	noAhead bool  // $DLLM_AHEAD=0: never queue a forward ahead (to measure)
+	noAhead bool  // $DLLM_AHEAD=0: never queue a step ahead (to measure)
 }
 
 func (e *fastEngine) forward(ids []int64, causal, rows int) (*torch.Tensor, error) {
 	return e.d.Forward(ids, causal, rows)
 }
 
-func (e *fastEngine) ahead(n, causal, rows int) (*torch.Tensor, bool, error) {
+func (e *fastEngine) next(n int, picks *torch.Tensor, mask int64, k int, shift bool) (*torch.Tensor, bool, error) {
 	if e.noAhead {
 		return nil, false, nil
 	}
-	return e.d.ForwardAhead(n, causal, rows)
+	return e.d.ForwardNext(n, picks, mask, k, shift, n)
 }
-
-func (e *fastEngine) release(ids []int64) error { return e.d.Release(ids) }
 
 func (e *fastEngine) commit(n int64) error { return e.d.Commit(n) }
 func (e *fastEngine) room() int64          { return e.limit - e.d.Len }

@@ -42,12 +42,14 @@ func (pk *picker) free() { pk.before.Free() }
 
 // picks is a step's candidates on their way to the host (picker.start).
 type picks struct {
-	c *torch.HostCopy[float64] // (2n): probabilities, then ids
+	dev *torch.Tensor            // (2n) float64: probabilities, then ids
+	c   *torch.HostCopy[float64] // dev's copy
 }
 
 // wait returns the candidates and their probabilities: a step's one host
 // sync.
 func (p *picks) wait() (tok []int64, conf []float64) {
+	p.dev.Free()
 	host := p.c.Wait()
 	n := len(host) / 2
 	tok = make([]int64, n)
@@ -58,7 +60,10 @@ func (p *picks) wait() (tok []int64, conf []float64) {
 }
 
 // free drops picks that will not be waited for.
-func (p *picks) free() { p.c.Free() }
+func (p *picks) free() {
+	p.dev.Free()
+	p.c.Free()
+}
 
 // pick returns, for each row of first (1, V), when not nil, and then of
 // logits (n, V), a candidate token and its probability under the
@@ -110,7 +115,8 @@ func (pk *picker) start(first, logits *torch.Tensor) *picks {
 		p := keep(keep(keep(logp.Gather(1, col)).Exp()).Reshape(n)) // (n) float32
 		both = keep(torch.Cat(0, keep(p.To(torch.Float64, pk.dev)), keep(ids.To(torch.Float64, pk.dev))))
 	}
-	return &picks{c: torch.StartToSlice[float64](both)}
+	both = both.To(torch.Float64, pk.dev) // a handle of its own, past tmp's frees
+	return &picks{dev: both, c: torch.StartToSlice[float64](both)}
 }
 
 // nucleus keeps, per row of log-probabilities (n, V), the most likely tokens

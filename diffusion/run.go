@@ -155,55 +155,34 @@ func (g *generation) canvasPicks(logits *torch.Tensor, want, n int) *picks {
 	return g.pick.start(nil, rows)
 }
 
-// ahead is a denoising step of a canvas of n positions queued before the
-// step before it has been read (see denoise); queue returns nil where the
-// engine cannot queue it.
-type ahead struct {
-	n     int
-	picks *picks
-}
-
-func (g *generation) queue(n int) (*ahead, error) {
-	logits, ok, err := g.eng.ahead(n, 0, n)
+// queue queues the next denoising step of a fixed-commit canvas of n
+// positions behind the step whose picks pk are still on their way (see
+// denoise): its canvas is made on the device from that step's, as
+// canvas.commitTop will make it on the host. nil where the engine cannot.
+func (g *generation) queue(pk *picks, n int) (*picks, error) {
+	logits, ok, err := g.eng.next(n, pk.dev, g.p.mask, g.p.fixed, g.p.shift)
 	if err != nil || !ok {
 		return nil, err
 	}
 	defer logits.Free()
-	return &ahead{n: n, picks: g.canvasPicks(logits, n, n)}, nil
-}
-
-// run gives a queued step its canvas; drop gives it the mask ids instead
-// and forgets it (the device runs it for nothing).
-func (g *generation) run(a *ahead, c *canvas) (*picks, error) {
-	if err := g.eng.release(c.ids); err != nil {
-		a.picks.free()
-		return nil, err
-	}
-	g.steps++
-	return a.picks, nil
-}
-
-func (g *generation) drop(a *ahead) error {
-	a.picks.free()
-	return g.eng.release(newCanvas(a.n, g.p.mask).ids)
+	return g.canvasPicks(logits, n, n), nil
 }
 
 // denoise fills a canvas of n positions until its output is settled (see
 // canvas.settled) and returns the tokens it adds to the output. With a
 // fixed number of commits a step, a step that is sure to come (more
-// positions masked than this step fixes, and the output waiting for all
-// of them) is queued before this step's picks are read, so that on a GPU
-// the host's turn between the two and the next forward's launch overlap
-// this step's work (~30 us a step on an H200, docs/performance.md). Only
-// a stop token ends a block early: then that step runs for nothing.
+// positions masked than this one fixes, and the output waiting for all of
+// them) is queued before this step's picks reach the host, its canvas
+// made on the device: on a GPU the host's turn between the two steps and
+// the next forward's launch then overlap this step's work (docs/
+// performance.md). Only a stop token ends such a block early; the queued
+// step then runs for nothing.
 func (g *generation) denoise(ctx context.Context, n, need int) (out []int64, stopped bool, err error) {
 	c := newCanvas(n, g.p.mask)
-	var next *ahead
+	var next *picks // the queued step's
 	defer func() {
 		if next != nil {
-			if e := g.drop(next); err == nil {
-				err = e
-			}
+			next.free()
 		}
 	}()
 	for step := 1; ; step++ {
@@ -213,26 +192,16 @@ func (g *generation) denoise(ctx context.Context, n, need int) (out []int64, sto
 		if err := ctx.Err(); err != nil {
 			return nil, false, err
 		}
-		if a := next; a != nil && g.p.shift && c.onlyFirstMasked() {
-			// The carry alone predicts what is left: no forward.
+		pk := next
+		if next != nil {
 			next = nil
-			if err := g.drop(a); err != nil {
-				return nil, false, err
-			}
-		}
-		var pk *picks
-		if a := next; a != nil {
-			next = nil
-			pk, err = g.run(a, c)
-		} else {
-			pk, err = g.predict(c)
-		}
-		if err != nil {
+			g.steps++
+		} else if pk, err = g.predict(c); err != nil {
 			return nil, false, err
 		}
 		last := step >= g.p.maxSteps
 		if g.p.fixed > 0 && !last && need == n && c.masked() > g.p.fixed {
-			if next, err = g.queue(n); err != nil {
+			if next, err = g.queue(pk, n); err != nil {
 				pk.free()
 				return nil, false, err
 			}

@@ -107,28 +107,22 @@ func (d *Decoder) Forward(ids []int64, causal, rows int) (logits *torch.Tensor, 
 	return d.d.Forward(ids, d.Len, causal, rows), nil
 }
 
-// ForwardAhead is Forward for n ids that are not known yet (see
-// torch.Decoder.ForwardAhead): where the decoder can, it queues the
-// forward now and Release gives it the ids; ok false means nothing was
-// queued (call Forward when the ids are known).
-func (d *Decoder) ForwardAhead(n, causal, rows int) (logits *torch.Tensor, ok bool, err error) {
+// ForwardNext queues the next denoising step of a fixed-commit block of n
+// tokens, its canvas made on the device from the last forward's (its last
+// n ids) and that forward's picks (see torch.Decoder.ForwardNext), so that
+// the host need not read the picks first. ok false: nothing was queued
+// (call Forward with the canvas).
+func (d *Decoder) ForwardNext(n int, picks *torch.Tensor, mask int64, k int, shift bool, rows int) (logits *torch.Tensor, ok bool, err error) {
 	defer torch.Recover(&err)
 	if n < 1 || d.Len+int64(n) > d.Max {
 		return nil, false, fmt.Errorf("decoder: %d positions from %d exceed the KV cache of %d", n, d.Len, d.Max)
 	}
-	if causal < 0 || causal > n || rows < 0 || rows > n {
-		return nil, false, fmt.Errorf("decoder: %d causal positions and %d logit rows of %d", causal, rows, n)
+	if k < 1 || rows < 0 || rows > n {
+		return nil, false, fmt.Errorf("decoder: a next step committing %d with %d logit rows of %d", k, rows, n)
 	}
 	defer func(t0 time.Time) { d.Host += time.Since(t0) }(time.Now())
-	logits, ok = d.d.ForwardAhead(n, d.Len, causal, rows)
+	logits, ok = d.d.ForwardNext(n, d.Len, picks, mask, k, shift, rows)
 	return logits, ok, nil
-}
-
-// Release gives the forward ForwardAhead queued its ids.
-func (d *Decoder) Release(ids []int64) (err error) {
-	defer torch.Recover(&err)
-	d.d.Release(ids)
-	return nil
 }
 
 // Commit marks n more positions (written by the last Forward) as context.

@@ -1,9 +1,11 @@
 package model
 
 import (
+	"math"
 	"math/rand/v2"
 	"os"
 	"slices"
+	"sort"
 	"testing"
 
 	"dllm/torch"
@@ -286,13 +288,13 @@ func randomIDs(cfg *Config, seed uint64) func(n int) []int64 {
 	}
 }
 
-// On a GPU: a forward queued ahead of its ids (ForwardAhead) gives, once
-// Release gives them, the logits Forward gives for the same ids, bit for
-// bit; released with other ids it gives others; a release of the wrong
-// count, or with nothing queued, is an error. Random weights of
-// MiniCPM5-2B's shape, past the context from which block steps attend
-// through cuDNN.
-func TestDecoderCUDAForwardAhead(t *testing.T) {
+// On a GPU: the next step of a fixed-commit block queued with its canvas
+// made on the device (ForwardNext) gives the logits Forward gives for the
+// canvas the host makes from the same picks, bit for bit, with and without
+// the shift; after a forward without a graph it queues nothing. Random
+// weights of MiniCPM5-2B's shape, past the context from which block steps
+// attend through cuDNN.
+func TestDecoderCUDAForwardNext(t *testing.T) {
 	if err := torch.Load(); err != nil || !torch.CUDAAvailable() {
 		t.Skip("no CUDA device")
 	}
@@ -311,23 +313,20 @@ func TestDecoderCUDAForwardAhead(t *testing.T) {
 	}
 	defer d.Free()
 	rng := rand.New(rand.NewPCG(5, 6))
-	ids := func(n int) []int64 {
-		s := make([]int64, n)
-		for i := range s {
-			s[i] = rng.Int64N(int64(cfg.VocabSize))
+	mask := int64(cfg.VocabSize - 1)
+	for _, n := range []int{512, 512, 76} {
+		chunk := make([]int64, n)
+		for i := range chunk {
+			chunk[i] = rng.Int64N(mask)
 		}
-		return s
-	}
-	for _, chunk := range [][]int64{ids(512), ids(512), ids(76)} {
-		if _, err := d.Forward(chunk, len(chunk), 0); err != nil {
+		if _, err := d.Forward(chunk, n, 0); err != nil {
 			t.Fatal(err)
 		}
-		if err := d.Commit(int64(len(chunk))); err != nil {
+		if err := d.Commit(int64(n)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	block := ids(32)
-	logits := func(l *torch.Tensor, err error) []float32 {
+	host := func(l *torch.Tensor, err error) []float32 {
 		t.Helper()
 		if err != nil {
 			t.Fatal(err)
@@ -335,41 +334,65 @@ func TestDecoderCUDAForwardAhead(t *testing.T) {
 		defer l.Free()
 		return torch.ToSlice[float32](l)
 	}
-	var want []float32
-	for range 3 { // eager, captured, replayed
-		want = logits(d.Forward(block, 0, 32))
+	// next is the host's canvas.commitTop (diffusion), written again: the k
+	// most probable masked positions, position 0 first with shift.
+	next := func(canvas []int64, both []float64, k int, shift bool) []int64 {
+		n := len(canvas)
+		var open []int
+		for i, id := range canvas {
+			if id == mask {
+				open = append(open, i)
+			}
+		}
+		rank := func(i int) float64 {
+			if shift && i == 0 {
+				return math.Inf(1)
+			}
+			return both[i]
+		}
+		sort.SliceStable(open, func(a, b int) bool { return rank(open[a]) > rank(open[b]) })
+		out := slices.Clone(canvas)
+		for _, i := range open[:min(k, len(open))] {
+			out[i] = int64(both[n+i])
+		}
+		return out
 	}
-	l, ok, err := d.ForwardAhead(32, 0, 32)
-	if err != nil || !ok {
-		t.Fatalf("ForwardAhead of a captured block step: queued %v, %v", ok, err)
+	canvas := make([]int64, 32)
+	for i := range canvas {
+		canvas[i] = mask
 	}
-	if err := d.Release(block[:31]); err == nil {
-		t.Error("a release of 31 ids for a forward of 32 succeeded")
+	canvas[5], canvas[17] = 7, 9 // fixed before
+	for range 2 { // eager, captured
+		host(d.Forward(canvas, 0, 32))
 	}
-	if err := d.Release(block); err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Release(block); err == nil {
-		t.Error("a release with nothing queued succeeded")
-	}
-	got := logits(l, nil)
-	diff := 0
-	for i := range want {
-		if got[i] != want[i] {
-			diff++
+	for _, shift := range []bool{false, true} {
+		l, err := d.Forward(canvas, 0, 32) // from the graph
+		if err != nil {
+			t.Fatal(err)
+		}
+		picks := torch.PickGreedy(l, mask)
+		l.Free()
+		got := host(func() (*torch.Tensor, error) {
+			l, ok, err := d.ForwardNext(32, picks, mask, 3, shift, 32)
+			if err == nil && !ok {
+				t.Fatal("ForwardNext after a forward from its graph queued nothing")
+			}
+			return l, err
+		}())
+		want := next(canvas, torch.ToSlice[float64](picks), 3, shift)
+		picks.Free()
+		if w := host(d.Forward(want, 0, 32)); !slices.Equal(got, w) {
+			t.Errorf("shift %v: the device's canvas gave other logits than the host's %v", shift, want)
 		}
 	}
-	if diff > 0 {
-		t.Errorf("queued ahead: %d of %d logits differ from Forward's", diff, len(want))
-	}
-	l, _, err = d.ForwardAhead(32, 0, 32)
-	if err != nil {
+	// After a forward that ran without a graph, nothing is queued.
+	if _, err := d.Forward(canvas[:20], 0, 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.Release(ids(32)); err != nil {
-		t.Fatal(err)
-	}
-	if other := logits(l, nil); slices.Equal(other, want) {
-		t.Error("queued ahead and given other ids: the same logits")
+	picks := torch.Zeros([]int64{64}, torch.Float64, torch.CUDA(0))
+	defer picks.Free()
+	if l, ok, err := d.ForwardNext(32, picks, mask, 3, false, 32); ok || err != nil {
+		l.Free()
+		t.Errorf("ForwardNext after an eager forward: queued %v, %v", ok, err)
 	}
 }

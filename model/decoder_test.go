@@ -158,14 +158,16 @@ func TestDecoderErrors(t *testing.T) {
 	if l, err := d.Forward([]int64{1, 2}, 2, 0); err != nil || l != nil {
 		t.Errorf("rows 0: %v, %v; want nil, nil", l, err)
 	}
-	// Off the GPU nothing is queued ahead, so there is nothing to release.
-	if l, ok, err := d.ForwardAhead(2, 0, 2); ok || l != nil || err != nil {
-		t.Errorf("ForwardAhead on the CPU: %v, %v, %v; want nil, false, nil", l, ok, err)
+	// Off the GPU no step is queued on the device's picks.
+	picks := torch.Zeros([]int64{4}, torch.Float64, torch.CPU)
+	defer picks.Free()
+	if l, ok, err := d.ForwardNext(2, picks, 0, 1, false, 2); ok || l != nil || err != nil {
+		t.Errorf("ForwardNext on the CPU: %v, %v, %v; want nil, false, nil", l, ok, err)
 	}
-	if _, _, err := d.ForwardAhead(9, 0, 1); err == nil {
-		t.Error("ForwardAhead of 9 tokens in a context of 8 should fail")
+	if _, _, err := d.ForwardNext(9, picks, 0, 1, false, 1); err == nil {
+		t.Error("ForwardNext of 9 tokens in a context of 8 should fail")
 	}
-	if err := d.Release([]int64{1, 2}); err == nil {
-		t.Error("a release with nothing queued should fail")
+	if _, _, err := d.ForwardNext(2, picks, 0, 0, false, 1); err == nil {
+		t.Error("ForwardNext committing 0 tokens should fail")
 	}
 }

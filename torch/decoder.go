@@ -95,23 +95,30 @@ func (d *Decoder) Forward(ids []int64, pos int64, causal, rows int) *Tensor {
 	return wrap(out)
 }
 
-// ForwardAhead queues Forward for n ids the caller does not have yet, so
-// that the forward's launch overlaps the work before it: where the
-// forward's CUDA graphs are captured it queues them behind a kernel that
-// waits for Release to give the ids and returns true with the logits
-// (rows, V) to be; elsewhere it queues nothing and returns false (call
-// Forward then). Each forward queued so must be released before the next
-// is queued: the device waits for its ids (at most ~5 s, after which
-// Release panics).
-func (d *Decoder) ForwardAhead(n int, pos int64, causal, rows int) (*Tensor, bool) {
+// ForwardNext queues the next denoising forward of a fixed-commit block
+// of n tokens at pos before the host has read the picks of the forward
+// before it (the last one, whose last n ids are the block's canvas): on
+// the device, the k most probable masked positions of that canvas (ids
+// equal to mask; position 0 first with shift; the first on a tie) take
+// their picks (picks: (2n) float64 on the device, probabilities then ids,
+// as PickGreedy gives), and the forward runs on the result with no
+// causal rows. It returns the logits of its last rows positions and true,
+// or false with nothing queued where it cannot (no CUDA graph for this
+// forward, or the last one ran without one): call Forward then.
+func (d *Decoder) ForwardNext(n int, pos int64, picks *Tensor, mask int64, k int, shift bool, rows int) (*Tensor, bool) {
 	mustLoad()
 	if d.p == nil {
-		panic(&Error{Op: "decoder_forward_ahead", Msg: "decoder is freed"})
+		panic(&Error{Op: "decoder_forward_next", Msg: "decoder is freed"})
 	}
 	var out C.dt_tensor
 	var ok C.int
-	check("decoder_forward_ahead", C.dtl_decoder_forward_ahead(d.p, C.int64_t(n), C.int64_t(pos), C.int64_t(causal),
-		C.int64_t(rows), &ok, &out))
+	sh := C.int(0)
+	if shift {
+		sh = 1
+	}
+	check("decoder_forward_next", C.dtl_decoder_forward_next(d.p, C.int64_t(n), C.int64_t(pos), picks.h(),
+		C.int64_t(mask), C.int64_t(k), sh, C.int64_t(rows), &ok, &out))
+	runtime.KeepAlive(picks)
 	if ok == 0 {
 		return nil, false
 	}
@@ -119,20 +126,6 @@ func (d *Decoder) ForwardAhead(n int, pos int64, causal, rows int) (*Tensor, boo
 		return nil, true
 	}
 	return wrap(out), true
-}
-
-// Release gives the forward ForwardAhead queued its ids.
-func (d *Decoder) Release(ids []int64) {
-	mustLoad()
-	if d.p == nil {
-		panic(&Error{Op: "decoder_release", Msg: "decoder is freed"})
-	}
-	if len(ids) == 0 {
-		panic(&Error{Op: "decoder_release", Msg: "no input tokens"})
-	}
-	e := C.dtl_decoder_release(d.p, (*C.int64_t)(unsafe.Pointer(&ids[0])), C.int64_t(len(ids)))
-	runtime.KeepAlive(ids)
-	check("decoder_release", e)
 }
 
 // Prepare captures, ahead of use, the CUDA graphs of block steps of n

@@ -157,10 +157,8 @@ static dt_err (*p_decoder_new)(dt_tensor embed, dt_tensor norm, dt_tensor head, 
 dt_err dtl_decoder_new(dt_tensor embed, dt_tensor norm, dt_tensor head, const dt_tensor *layers, int n_layers, int n_head, int n_kv_head, double eps, double attn_scale, dt_tensor cos, dt_tensor sin, int graphs, dt_decoder *out) { return p_decoder_new(embed, norm, head, layers, n_layers, n_head, n_kv_head, eps, attn_scale, cos, sin, graphs, out); }
 static dt_err (*p_decoder_forward)(dt_decoder d, const int64_t *ids, int64_t n, int64_t pos, int64_t causal, int64_t rows, dt_tensor *logits);
 dt_err dtl_decoder_forward(dt_decoder d, const int64_t *ids, int64_t n, int64_t pos, int64_t causal, int64_t rows, dt_tensor *logits) { return p_decoder_forward(d, ids, n, pos, causal, rows, logits); }
-static dt_err (*p_decoder_forward_ahead)(dt_decoder d, int64_t n, int64_t pos, int64_t causal, int64_t rows, int *ok, dt_tensor *logits);
-dt_err dtl_decoder_forward_ahead(dt_decoder d, int64_t n, int64_t pos, int64_t causal, int64_t rows, int *ok, dt_tensor *logits) { return p_decoder_forward_ahead(d, n, pos, causal, rows, ok, logits); }
-static dt_err (*p_decoder_release)(dt_decoder d, const int64_t *ids, int64_t n);
-dt_err dtl_decoder_release(dt_decoder d, const int64_t *ids, int64_t n) { return p_decoder_release(d, ids, n); }
+static dt_err (*p_decoder_forward_next)(dt_decoder d, int64_t n, int64_t pos, dt_tensor picks, int64_t mask, int64_t k, int shift, int64_t rows, int *ok, dt_tensor *logits);
+dt_err dtl_decoder_forward_next(dt_decoder d, int64_t n, int64_t pos, dt_tensor picks, int64_t mask, int64_t k, int shift, int64_t rows, int *ok, dt_tensor *logits) { return p_decoder_forward_next(d, n, pos, picks, mask, k, shift, rows, ok, logits); }
 static int64_t (*p_decoder_graphs)(dt_decoder d);
 int64_t dtl_decoder_graphs(dt_decoder d) { return p_decoder_graphs(d); }
 static dt_err (*p_decoder_prepare)(dt_decoder d, int64_t n, int64_t upto, int64_t *captured);
@@ -280,8 +278,7 @@ const char *dtl_open(const char *path) {
   RESOLVE(detach)
   RESOLVE(decoder_new)
   RESOLVE(decoder_forward)
-  RESOLVE(decoder_forward_ahead)
-  RESOLVE(decoder_release)
+  RESOLVE(decoder_forward_next)
   RESOLVE(decoder_graphs)
   RESOLVE(decoder_prepare)
   RESOLVE(decoder_free)

@@ -926,36 +926,37 @@ struct Decoder {
   int64_t qkv_ahead = 0;    // whole-forward graphs of up to this many rows: post_fused also runs the next layer's QKV projection
   int graphs = 0;      // capture graphs for query lengths up to this
 #ifdef DLLM_KERNELS
-  // forward_ahead's gate (dtk_gate_ids): host memory the device reads.
-  int64_t *gate = nullptr, *gate_dev = nullptr;
-  int64_t gate_seq = 0; // the last forward_ahead's number
-  int64_t gate_n = 0;   // its ids, until release gives them
-  at::Tensor stamp;     // DLLM_STAMP: the kernels' host-turn stamps (dtk_stamp_init), reported when freed
+  // The device inputs of the last forward that ran from a graph's own
+  // buffers (forward_host, forward_next): ids, and how many; forward_next
+  // reads its canvas from their end. Null after any other forward.
+  const int64_t *last_in = nullptr;
+  int64_t last_n = 0;
+  at::Tensor stamp; // DLLM_STAMP: the kernels' host-turn stamps (dtk_stamp_init), reported when freed
   ~Decoder() {
-    if (gate) {
-      if (gate_n > 0) release(gate + 2, gate_n); // whatever ids: nothing reads its results
-      cudaDeviceSynchronize();
-      cudaFreeHost(gate);
-    }
     if (!stamp.defined()) return;
     dtk_stamp_init(nullptr);
     auto h = stamp.cpu();
     auto *v = h.data_ptr<int64_t>();
     int64_t n = std::min<int64_t>(v[3], 1024);
-    std::vector<double> a, b;
+    std::vector<double> a[2], b[2]; // from the host's ids, from commit_top
     for (int64_t i = n / 5; i < n; i++) { // past the warm-up
-      if (v[8 + 2 * i] > 0) a.push_back(v[8 + 2 * i] / 1e3);
-      if (v[9 + 2 * i] > 0) b.push_back(v[9 + 2 * i] / 1e3);
+      const int k = v[8 + 2 * i] >> 62 & 1;
+      const int64_t gap = v[8 + 2 * i] & ((int64_t(1) << 62) - 1);
+      if (gap > 0) a[k].push_back(gap / 1e3);
+      if (v[9 + 2 * i] > 0) b[k].push_back(v[9 + 2 * i] / 1e3);
     }
     auto q = [](std::vector<double> &x, double f) {
       if (x.empty()) return 0.0;
       std::sort(x.begin(), x.end());
       return x[std::min(x.size() - 1, static_cast<size_t>(f * x.size()))];
     };
-    std::fprintf(stderr,
-                 "dllm: stamps over %zu forwards: pick end to set_ids start us p10/p50/p90 %.1f/%.1f/%.1f; "
-                 "set_ids to first RoPE %.1f/%.1f/%.1f (%zu)\n",
-                 a.size(), q(a, 0.1), q(a, 0.5), q(a, 0.9), q(b, 0.1), q(b, 0.5), q(b, 0.9), b.size());
+    for (int k = 0; k < 2; k++)
+      if (!a[k].empty())
+        std::fprintf(stderr,
+                     "dllm: stamps, %zu forwards %s: pick end to their first kernel us p10/p50/p90 "
+                     "%.1f/%.1f/%.1f; that to the first RoPE %.1f/%.1f/%.1f\n",
+                     a[k].size(), k ? "queued ahead" : "from the host's ids", q(a[k], 0.1), q(a[k], 0.5),
+                     q(a[k], 0.9), q(b[k], 0.1), q(b[k], 0.5), q(b[k], 0.9));
   }
 #endif
   std::map<int64_t, int> seen; // forwards per capture key (see forward), before capture
@@ -1501,57 +1502,41 @@ struct Decoder {
         check_launch(dtk_set_ids(it->second.ids.data_ptr<int64_t>(), it->second.pos.data_ptr<int64_t>(), ids, n,
                                  pos, stream()),
                      "set_ids");
+        last_in = it->second.ids.data_ptr<int64_t>(), last_n = n;
         return replay(it->second, pos, causal);
       }
     }
+    last_in = nullptr;
     auto host = at::from_blob(const_cast<int64_t *>(ids), {n}, at::kLong);
     return forward(host.to(embed.device(), at::kLong, false, true), pos, causal);
   }
 #endif
 
 #ifdef DLLM_KERNELS
-  // forward_ahead is forward_host for n ids the host does not have yet: it
-  // queues the forward behind a kernel that waits for release to give them,
-  // so that the graph's launch and the host's turn between two steps
-  // overlap the step before. Undefined (nothing queued) where the forward
-  // has no graph yet. The caller must release every forward_ahead before
-  // the next.
-  at::Tensor forward_ahead(int64_t n, int64_t pos, int64_t causal) {
-    TORCH_CHECK(gate_n == 0, "decoder: a forward queued ahead was not given its ids");
-    if (!(kernels && graphs > 0 && n <= graphs && n <= DTK_SET_IDS_MAX && pos >= 0 && pos + n <= cos.size(0)))
+  // forward_next is the next denoising forward of a fixed-commit block of
+  // n tokens at pos, queued before the host has seen the picks of the one
+  // before (the last forward, whose last n inputs are the canvas): its
+  // inputs come from dtk_commit_top on the device, so the host's turn
+  // between the two, and the graph's launch, overlap the step before.
+  // Undefined (nothing queued) where the last forward did not run from a
+  // graph or this one has none yet.
+  at::Tensor forward_next(int64_t n, int64_t pos, const at::Tensor &picks, int64_t mask, int64_t k, bool shift) {
+    if (!(kernels && graphs > 0 && n <= graphs && n <= DTK_SET_IDS_MAX && pos >= 0 && pos + n <= cos.size(0) &&
+          last_in && last_n >= n))
       return {};
-    auto it = captured.find(capture_key(n, causal, pos + n));
+    auto it = captured.find(capture_key(n, 0, pos + n));
     if (it == captured.end()) return {};
-    if (!gate) {
-      void *g = nullptr, *gd = nullptr;
-      C10_CUDA_CHECK(cudaHostAlloc(&g, DTK_GATE * sizeof(int64_t), cudaHostAllocMapped));
-      gate = static_cast<int64_t *>(g);
-      std::memset(gate, 0, DTK_GATE * sizeof(int64_t));
-      C10_CUDA_CHECK(cudaHostGetDevicePointer(&gd, g, 0));
-      gate_dev = static_cast<int64_t *>(gd);
-    }
-    clear_past(n, causal, pos + n);
-    check_launch(dtk_gate_ids(it->second.ids.data_ptr<int64_t>(), it->second.pos.data_ptr<int64_t>(), gate_dev,
-                              gate_seq + 1, n, pos, stream()),
-                 "gate_ids");
-    gate_seq++;
-    gate_n = n;
-    return replay(it->second, pos, causal);
-  }
-
-  // release gives the last forward_ahead its ids: the ids, then the
-  // sequence number (the device reads them in that order), then a look at
-  // whether the device gave up waiting first (a fence on each side orders
-  // its mark and its last look at the number against these).
-  void release(const int64_t *ids, int64_t n) {
-    TORCH_CHECK(gate_n > 0, "decoder: no forward queued ahead to give ids to");
-    TORCH_CHECK(n == gate_n, "decoder: ", n, " ids for a forward of ", gate_n);
-    gate_n = 0;
-    if (ids != gate + 2) std::memcpy(gate + 2, ids, n * sizeof(int64_t));
-    __atomic_store_n(gate, gate_seq, __ATOMIC_RELEASE);
-    __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    TORCH_CHECK(__atomic_load_n(gate + 1, __ATOMIC_ACQUIRE) < gate_seq,
-                "decoder: the device stopped waiting for a step's ids (5 s) and ran it on stale ones");
+    TORCH_CHECK(picks.is_cuda() && picks.scalar_type() == at::kDouble && picks.numel() == 2 * n &&
+                    picks.is_contiguous(),
+                "decoder: the picks of a step of ", n, " tokens are (", 2 * n, ") float64 on the device, not ",
+                picks.sizes(), " ", picks.scalar_type());
+    clear_past(n, 0, pos + n);
+    auto &c = it->second;
+    check_launch(dtk_commit_top(last_in + (last_n - n), c.ids.data_ptr<int64_t>(), c.pos.data_ptr<int64_t>(),
+                                picks.data_ptr<double>(), n, mask, k, shift ? 1 : 0, pos, stream()),
+                 "commit_top");
+    last_in = c.ids.data_ptr<int64_t>(), last_n = n;
+    return replay(c, pos, 0);
   }
 #endif
 
@@ -1712,6 +1697,9 @@ struct Decoder {
 
   // forward returns the final hidden states (T, C) of ids at [pos, pos+T).
   at::Tensor forward(const at::Tensor &ids, int64_t pos, int64_t causal) {
+#ifdef DLLM_KERNELS
+    last_in = nullptr;
+#endif
     auto Tn = ids.numel();
     TORCH_CHECK(Tn >= 1, "decoder: no input tokens");
     TORCH_CHECK(pos >= 0 && pos + Tn <= cos.size(0), "decoder: positions [", pos, ", ", pos + Tn,
@@ -1896,31 +1884,20 @@ dt_err dt_decoder_forward(dt_decoder dec, const int64_t *ids, int64_t n, int64_t
   });
 }
 
-dt_err dt_decoder_forward_ahead(dt_decoder dec, int64_t n, int64_t pos, int64_t causal, int64_t rows, int *ok,
-                                dt_tensor *logits) {
+dt_err dt_decoder_forward_next(dt_decoder dec, int64_t n, int64_t pos, dt_tensor picks, int64_t mask, int64_t k,
+                               int shift, int64_t rows, int *ok, dt_tensor *logits) {
   return guard([&] {
-    TORCH_CHECK(n >= 1, "decoder: no input tokens");
+    TORCH_CHECK(n >= 1 && k >= 1, "decoder: a next step of ", n, " tokens committing ", k);
     *ok = 0;
     *logits = nullptr;
 #ifdef DLLM_KERNELS
     auto *d = static_cast<Decoder *>(dec);
     at::NoGradGuard ng;
-    auto h = d->forward_ahead(n, pos, std::clamp<int64_t>(causal, 0, n));
+    auto h = d->forward_next(n, pos, T(picks), mask, k, shift != 0);
     if (!h.defined()) return;
     *ok = 1;
     auto l = d->logits(h, rows);
     *logits = l.defined() ? W(l) : nullptr;
-#endif
-  });
-}
-
-dt_err dt_decoder_release(dt_decoder dec, const int64_t *ids, int64_t n) {
-  return guard([&] {
-    TORCH_CHECK(ids != nullptr && n >= 1, "decoder: no input tokens");
-#ifdef DLLM_KERNELS
-    static_cast<Decoder *>(dec)->release(ids, n);
-#else
-    TORCH_CHECK(false, "decoder: no forward queued ahead to give ids to");
 #endif
   });
 }

@@ -263,19 +263,20 @@ dt_err dt_decoder_new(dt_tensor embed, dt_tensor norm, dt_tensor head,
 dt_err dt_decoder_forward(dt_decoder d, const int64_t *ids, int64_t n,
                           int64_t pos, int64_t causal, int64_t rows,
                           dt_tensor *logits);
-/* dt_decoder_forward for n ids that are not known yet: on CUDA, where the
- * forward's graphs are captured, it queues the forward behind a kernel that
- * waits (in host memory the device reads) for dt_decoder_release to give
- * the ids, and sets *ok to 1; elsewhere it queues nothing and sets *ok to 0
- * (call dt_decoder_forward then). Every forward queued so must be released
- * before the next is queued; the device waits at most ~5 s, after which
- * the release reports an error. */
-dt_err dt_decoder_forward_ahead(dt_decoder d, int64_t n, int64_t pos,
-                                int64_t causal, int64_t rows, int *ok,
-                                dt_tensor *logits);
-/* Gives the forward dt_decoder_forward_ahead queued its n ids (host
- * memory), which it then runs on. */
-dt_err dt_decoder_release(dt_decoder d, const int64_t *ids, int64_t n);
+/* The next denoising forward of a fixed-commit block of n tokens at pos,
+ * queued before the host has read the picks of the forward before it (the
+ * last one, whose last n ids are the block's canvas): on the device, the
+ * k most probable masked positions (ids equal to mask; position 0 first
+ * with shift; the first on a tie) of that canvas take their picks (picks:
+ * (2n) float64 on the device, probabilities then ids, as dt_pick_greedy
+ * gives), and the forward runs on the result, as dt_decoder_forward would
+ * with causal 0. *ok 1: queued, logits as dt_decoder_forward's; 0: nothing
+ * was queued (no CUDA graph for it, or the last forward ran without one):
+ * call dt_decoder_forward with the canvas instead. */
+dt_err dt_decoder_forward_next(dt_decoder d, int64_t n, int64_t pos,
+                               dt_tensor picks, int64_t mask, int64_t k,
+                               int shift, int64_t rows, int *ok,
+                               dt_tensor *logits);
 /* Number of CUDA graphs captured so far. */
 int64_t dt_decoder_graphs(dt_decoder d);
 /* Captures ahead of use the graphs of block steps of n tokens (none

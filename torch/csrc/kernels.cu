@@ -219,9 +219,10 @@ constexpr int kRopeParts = DTK_TMA_POST_QPARTS; // dtk_rope_qkv's parts at most:
 // --- the host's turn between forwards (DLLM_STAMP, a measurement) -----------
 //
 // g_stamp, when set (dtk_stamp_init): %globaltimer at the greedy pick's end
-// [0], at set_ids_kernel's start [1]; [2] whether a RoPE kernel ran since;
-// [3] set_ids_kernel's count; from [8] two values a forward (mod 1024):
-// pick end to set_ids start, set_ids start to the first RoPE's start.
+// [0], at the start of a forward's input kernel (set_ids_kernel, or
+// commit_top_kernel: bit 62 set) [1]; [2] whether a RoPE kernel ran since;
+// [3] the input kernels' count; from [8] two values a forward (mod 1024):
+// pick end to input kernel start, that to the first RoPE's start.
 __device__ unsigned long long *g_stamp;
 __device__ inline unsigned long long stamp_now() {
   unsigned long long t;
@@ -573,40 +574,34 @@ __global__ void set_ids_kernel(int64_t *ids, int64_t *pos, IdArgs in, int n, int
   if (t < n) ids[t] = in.v[t], pos[t] = p0 + t;
 }
 
-// gate_ids_kernel is set_ids_kernel for ids the host gives after the launch
-// (dtk_gate_ids): thread 0 waits until gate[0], host memory, reaches seq;
-// then each thread reads its id from gate[2 + t]. Past ~5 s of waiting it
-// writes seq to gate[1] and, unless gate[0] reached seq meanwhile, goes on
-// with whatever ids gate holds (the host reports that as an error).
-__device__ inline long long ld_acquire_sys(const long long *p) {
-  long long v;
-  asm volatile("ld.acquire.sys.global.s64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-  return v;
-}
-
-__global__ void gate_ids_kernel(int64_t *ids, int64_t *pos, long long *gate, long long seq, int n, int64_t p0) {
-  if (threadIdx.x == 0) {
-    const unsigned long long t0 = stamp_now();
-    while (ld_acquire_sys(gate) < seq) {
-      if (stamp_now() - t0 > 5000000000ull) {
-        asm volatile("st.relaxed.sys.global.s64 [%0], %1;" ::"l"(gate + 1), "l"(seq) : "memory");
-        asm volatile("fence.sc.sys;" ::: "memory");
-        ld_acquire_sys(gate);
-        break;
-      }
-      __nanosleep(128);
-    }
-    if (g_stamp) {
-      const unsigned long long t = stamp_now(), i = g_stamp[3]++;
-      g_stamp[8 + 2 * (i % 1024)] = g_stamp[0] ? t - g_stamp[0] : 0;
-      g_stamp[1] = t, g_stamp[2] = 0;
-    }
+// commit_top_kernel is the host's canvas.commitTop for the next step of a
+// fixed-commit block on the device: of the n ids of from, those equal to
+// mask (still masked) take the ids picked for them (picks (2n) float64:
+// probabilities, then ids) where they are among the k most probable
+// (position 0 first with shift; the first on a tie); the canvas goes to
+// to (from itself allowed) and pos gets p0, p0 + 1, ... A block of 64.
+__global__ void commit_top_kernel(const int64_t *from, int64_t *to, int64_t *pos, const double *picks, int n,
+                                  int64_t mask, int k, bool shift, int64_t p0) {
+  __shared__ int64_t cur[DTK_SET_IDS_MAX];
+  __shared__ double rank[DTK_SET_IDS_MAX];
+  const int i = threadIdx.x;
+  if (g_stamp && i == 0) {
+    const unsigned long long t = stamp_now(), s = g_stamp[3]++;
+    g_stamp[8 + 2 * (s % 1024)] = (g_stamp[0] ? t - g_stamp[0] : 0) | (1ull << 62);
+    g_stamp[1] = t, g_stamp[2] = 0;
   }
-  __syncthreads(); // orders the other threads' reads after thread 0's acquire
   dep_wait();
   dep_launch();
-  int t = threadIdx.x;
-  if (t < n) ids[t] = ld_acquire_sys(gate + 2 + t), pos[t] = p0 + t;
+  if (i < n) cur[i] = from[i], rank[i] = shift && i == 0 ? INFINITY : picks[i];
+  __syncthreads();
+  if (i >= n) return;
+  int64_t v = cur[i];
+  if (v == mask) {
+    int above = 0;
+    for (int j = 0; j < n; j++) above += cur[j] == mask && (rank[j] > rank[i] || (rank[j] == rank[i] && j < i));
+    if (above < k) v = static_cast<int64_t>(picks[n + i]);
+  }
+  to[i] = v, pos[i] = p0 + i;
 }
 
 // --- greedy pick -------------------------------------------------------------
@@ -2462,10 +2457,11 @@ int dtk_gemv_in(int dtype, int in, const void *x, const void *aux, float eps, co
   return cudaErrorInvalidValue;
 }
 
-int dtk_gate_ids(int64_t *ids, int64_t *pos, int64_t *gate, int64_t seq, int64_t n, int64_t p0, void *stream) {
-  if (n < 1 || n > DTK_SET_IDS_MAX || !gate) return cudaErrorInvalidValue;
-  return launch(gate_ids_kernel, 1, DTK_SET_IDS_MAX, 0, static_cast<cudaStream_t>(stream), ids, pos,
-                reinterpret_cast<long long *>(gate), static_cast<long long>(seq), static_cast<int>(n), p0);
+int dtk_commit_top(const int64_t *from, int64_t *to, int64_t *pos, const double *picks, int64_t n, int64_t mask,
+                   int64_t k, int shift, int64_t p0, void *stream) {
+  if (n < 1 || n > DTK_SET_IDS_MAX || k < 1) return cudaErrorInvalidValue;
+  return launch(commit_top_kernel, 1, DTK_SET_IDS_MAX, 0, static_cast<cudaStream_t>(stream), from, to, pos, picks,
+                static_cast<int>(n), mask, static_cast<int>(std::min<int64_t>(k, n)), shift != 0, p0);
 }
 
 int dtk_stamp_init(void *buf) { return cudaMemcpyToSymbol(g_stamp, &buf, sizeof(buf)); }

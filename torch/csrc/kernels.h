@@ -140,13 +140,14 @@ void dtk_tune(int pdl, int splits_cap, int ctas_per_sm, int min_tiles);
 // static inputs set by one kernel whose arguments carry the ids, instead
 // of a copy from host memory and an arange. n <= DTK_SET_IDS_MAX.
 #define DTK_SET_IDS_MAX 64
-// dtk_gate_ids is dtk_set_ids for ids the host writes later: gate (DTK_GATE
-// int64, host memory the device can read, zero at first) holds [0] the
-// last sequence number released, [1] the last the kernel stopped waiting
-// for (after ~5 s), [2, 2 + n) the ids. The kernel waits until gate[0]
-// reaches seq, then takes the ids. The host writes the ids before seq.
-#define DTK_GATE (2 + DTK_SET_IDS_MAX)
-int dtk_gate_ids(int64_t *ids, int64_t *pos, int64_t *gate, int64_t seq, int64_t n, int64_t p0, void *stream);
+// dtk_commit_top writes to (n) and pos (n) the inputs of a fixed-commit
+// block's next denoising forward from the last one's canvas from (n; may
+// be to) and its picks (2n float64 on the device: probabilities, then
+// ids): the k most probable masked positions (ids equal to mask; position
+// 0 first with shift, the first on a tie) take their picks, as the
+// sampler's canvas.commitTop does on the host. n <= DTK_SET_IDS_MAX.
+int dtk_commit_top(const int64_t *from, int64_t *to, int64_t *pos, const double *picks, int64_t n, int64_t mask,
+                   int64_t k, int shift, int64_t p0, void *stream);
 
 // dtk_stamp_init points the kernels' host-turn stamps at buf (device
 // memory of (8 + 2048) int64, zero) or, for null, turns them off.
