@@ -438,10 +438,23 @@ dt_err dt_to_host_start(dt_tensor t, int dtype, dt_host_copy *out) {
     auto c = std::make_unique<HostCopy>();
 #ifdef DLLM_CUDA
     if (src.is_cuda()) {
+      // On a stream of its own, after the work queued so far: a copy
+      // between two kernels of the current stream holds the second back
+      // by its latency (the sampler queues a step behind the one whose
+      // picks these are; docs/performance.md).
+      auto cur = c10::cuda::getCurrentCUDAStream();
+      auto side = c10::cuda::getStreamFromPool(false, cur.device_index());
+      at::cuda::CUDAEvent ready;
+      ready.record(cur);
+      ready.block(side);
       c->h = at::empty(src.sizes(), src.options().device(at::kCPU).pinned_memory(true));
-      c->h.copy_(src, /*non_blocking=*/true);
+      {
+        c10::cuda::CUDAStreamGuard g(side);
+        c->h.copy_(src, /*non_blocking=*/true);
+      }
+      c10::cuda::CUDACachingAllocator::recordStream(src.storage().data_ptr(), side);
       C10_CUDA_CHECK(cudaEventCreateWithFlags(&c->done, cudaEventDisableTiming));
-      C10_CUDA_CHECK(cudaEventRecord(c->done, c10::cuda::getCurrentCUDAStream()));
+      C10_CUDA_CHECK(cudaEventRecord(c->done, side));
       *out = c.release();
       return;
     }
