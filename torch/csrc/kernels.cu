@@ -230,6 +230,15 @@ __device__ inline unsigned long long stamp_now() {
   return t;
 }
 
+// stamp_input records an input kernel's start (called by one thread);
+// queued marks commit_top_kernel's.
+__device__ inline void stamp_input(bool queued) {
+  if (!g_stamp) return;
+  const unsigned long long t = stamp_now(), i = g_stamp[3]++;
+  g_stamp[8 + 2 * (i % 1024)] = (g_stamp[0] ? t - g_stamp[0] : 0) | (queued ? 1ull << 62 : 0);
+  g_stamp[1] = t, g_stamp[2] = 0;
+}
+
 // Grid (T, heads / (blockDim / (D/2))): each block takes token t and
 // blockDim / (D/2) consecutive heads of the fused output, D/2 threads a
 // head, each rotating the pair (i, i + D/2). NORM: qkv is the projection of
@@ -563,11 +572,7 @@ struct IdArgs {
 };
 
 __global__ void set_ids_kernel(int64_t *ids, int64_t *pos, IdArgs in, int n, int64_t p0) {
-  if (g_stamp && threadIdx.x == 0) {
-    const unsigned long long t = stamp_now(), i = g_stamp[3]++;
-    g_stamp[8 + 2 * (i % 1024)] = g_stamp[0] ? t - g_stamp[0] : 0;
-    g_stamp[1] = t, g_stamp[2] = 0;
-  }
+  if (threadIdx.x == 0) stamp_input(false);
   dep_wait();
   dep_launch();
   int t = threadIdx.x;
@@ -585,11 +590,7 @@ __global__ void commit_top_kernel(const int64_t *from, int64_t *to, int64_t *pos
   __shared__ int64_t cur[DTK_SET_IDS_MAX];
   __shared__ double rank[DTK_SET_IDS_MAX];
   const int i = threadIdx.x;
-  if (g_stamp && i == 0) {
-    const unsigned long long t = stamp_now(), s = g_stamp[3]++;
-    g_stamp[8 + 2 * (s % 1024)] = (g_stamp[0] ? t - g_stamp[0] : 0) | (1ull << 62);
-    g_stamp[1] = t, g_stamp[2] = 0;
-  }
+  if (i == 0) stamp_input(true);
   dep_wait();
   dep_launch();
   if (i < n) cur[i] = from[i], rank[i] = shift && i == 0 ? INFINITY : picks[i];
