@@ -255,7 +255,7 @@ __global__ void rope_qkv_kernel(const T *qkv, const T *cos, const T *sin, const 
   const int64_t t = blockIdx.x, half = D / 2, i = threadIdx.x % half;
   const int64_t h = int64_t(blockIdx.y) * (blockDim.x / half) + threadIdx.x / half;
   const bool spare = h >= H + 2 * Hkv, value = !spare && h >= H + Hkv; // spare: the last block's extra heads
-  if (g_stamp && t == 0 && h == 0 && i == 0 && g_stamp[2] == 0) {
+  if (t == 0 && h == 0 && i == 0 && g_stamp && g_stamp[2] == 0) { // one thread reads g_stamp: RoPE runs 42 times a forward
     g_stamp[2] = 1;
     g_stamp[8 + 2 * ((g_stamp[3] - 1) % 1024) + 1] = stamp_now() - g_stamp[1];
   }
