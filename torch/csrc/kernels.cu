@@ -19,7 +19,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 namespace {
@@ -1846,10 +1845,8 @@ template <int ST> constexpr size_t tgemm_gu_smem() { return 1024 + size_t(ST + 1
 // (tgemm_kernel<128, 8>); optionally also the next layer's QKV
 // projection (tgemm_kernel<64, 4>, its parts summed by RoPE). What
 // crosses CTAs goes through global memory (L2): the projections' float32 partial products over K, summed after a
-// wait in rank order with the residual as cluster_sum_out does
-// (each CTA C / G columns), and gate-up's outputs h. Each wait is on
-// flags of the CTAs it reads (kSyncO below; DLLM_POST_FLAGS=0: on the
-// whole grid, a barrier). So the result is the
+// grid barrier in rank order with the residual as cluster_sum_out does
+// (each CTA C / G columns), and gate-up's outputs h. So the result is the
 // kernels' bit for bit, each CTA multiplying the same chunks in the same
 // order. (Summing each slice in the CTA that stores its last part, found
 // with a counter, saves two barriers but was slower: one CTA sums 8 parts
@@ -1898,65 +1895,6 @@ __device__ inline void grid_sync(unsigned long long *bar, unsigned n) {
     }
   }
   asm volatile("bar.sync 1, 128;" ::: "memory");
-}
-
-// The flag form (tpost_kernel's FL, DLLM_POST_FLAGS; docs/performance.md):
-// instead of grid barriers, each CTA waits only for the CTAs whose writes
-// it reads. A group of CTAs adds one to a flag once its writes are out
-// (release); a reader waits until the flag reaches (E + 1) n, where n is
-// the group's size and E this launch's number: every launch adds to every
-// flag the same n times (a phase left out adds at once), and the launch
-// count at kSyncLaunch gains one a CTA at the end, so every CTA of launch
-// E reads a count in [E G, E G + G) after its PDL wait (the launch before
-// is complete by then; this one's last CTA cannot end before every CTA has
-// read it, since its last sum waits, through the flags, on every CTA's
-// first). Offsets in the sync buffer (u64s): kSyncO the output
-// projection's slices (C / 64, n = kPostOS), kSyncY its sums' 64-column
-// groups of y (C / 64, n = 64 G / C), kSyncH gate-up's CTAs (G, n = 1),
-// kSyncD the down projection's slices (C / 128, n = kPostKS), kSyncZ its
-// sums' groups (C / 64).
-constexpr int kSyncLaunch = 1, kSyncO = 2, kSyncY = kSyncO + 32, kSyncH = kSyncY + 32, kSyncD = kSyncH + 256,
-              kSyncZ = kSyncD + 32, kSyncEnd = kSyncZ + 32;
-// Each count in a 128-byte line of its own (kFS u64s), so that polls of
-// one phase's flags spread over the L2's slices.
-constexpr int kFS = 16;
-static_assert(kSyncEnd * kFS * 8 <= DTK_TMA_POST_SYNC, "the sync buffer holds the flags");
-
-__device__ inline unsigned long long ld_relaxed_u64(const unsigned long long *p) {
-  unsigned long long v = 0;
-#ifdef DLLM_TMA_DEVICE
-  asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-#endif
-  return v;
-}
-// flag_add adds one to *f once this thread's writes before it (and those
-// it has seen, through a CTA barrier) are visible at the GPU's scope.
-__device__ inline void flag_add(unsigned long long *f) {
-#ifdef DLLM_TMA_DEVICE
-  asm volatile("red.release.gpu.global.add.u64 [%0], 1;" ::"l"(f) : "memory");
-#endif
-}
-// flags_ready (one thread) returns, once at least need of them are, how
-// many leading flags of f[0, n) (n <= 32; kFS apart) are at target or past: their
-// loads issued together (relaxed), a round trip to L2 a poll rather than
-// one a flag, then an acquire fence.
-__device__ inline int flags_ready(const unsigned long long *f, int n, unsigned long long target, int need,
-                                  int acq = 0) {
-  for (;;) {
-    unsigned long long v[32];
-#pragma unroll
-    for (int i = 0; i < 32; i++) v[i] = i < n ? ld_relaxed_u64(f + i * kFS) : target;
-    int r = 0;
-#pragma unroll
-    for (int i = 0; i < 32; i++) r += (r == i && v[i] >= target);
-    if (r >= need) {
-#ifdef DLLM_TMA_DEVICE
-      if (acq == 0) asm volatile("fence.acq_rel.gpu;" ::: "memory");
-#endif
-      if (acq == 2) (void)ld_acquire_u64(f + (n - 1) * kFS);
-      return min(r, n);
-    }
-  }
 }
 
 // A stage holds the down projection's (128, 64) weight box and x's (XR,
@@ -2052,7 +1990,7 @@ __device__ inline void part_store(const float (&d)[NJ][4], float *part, int M, i
     }
 }
 
-// tpost_kernel: see above (FL: the flag form). has_o: the output projection first (y += ao
+// tpost_kernel: see above. has_o: the output projection first (y += ao
 // Wo^T); h and part scratch; y the residual stream, updated in place. x's
 // boxes (ao, y, h) are XR rows: M <= XR. With qpart: after one more
 // barrier the next layer's QKV projection of the new y, its folded
@@ -2060,7 +1998,7 @@ __device__ inline void part_store(const float (&d)[NJ][4], float *part, int M, i
 // float32 partial products over K (kPostQS, M, Nq) that dtk_rope_qkv
 // sums: the QKV GEMM's kernel and its boundary go (the next kernel, RoPE,
 // is small enough to wait on this grid's SMs).
-template <int ST, int XR = kTmaRows, int FL = 1>
+template <int ST, int XR = kTmaRows>
 __global__ void __launch_bounds__(160, 1)
     tpost_kernel(const __grid_constant__ PostMaps maps, bool has_o, __nv_bfloat16 *h, float *part, __nv_bfloat16 *y,
                  unsigned long long *bar, int M, int F, int C, int Ko, float eps, float *qpart, int Nq) {
@@ -2092,13 +2030,6 @@ __global__ void __launch_bounds__(160, 1)
             cq = cd + CHd;
   auto stage = [&](int c) { return smem_u32(smem + (c % ST) * kStage); };
   auto full = [&](int c) { return full0 + 8 * (c % ST); };
-  // The flag form's counts: the CTAs summing a 64-column group of y (ny),
-  // this CTA's sums' group and slices; the launch's number E (read past
-  // the PDL wait, by thread 0 and the copier).
-  unsigned long long *const fo = bar + kSyncO * kFS, *const fy = bar + kSyncY * kFS, *const fh = bar + kSyncH * kFS,
-                            *const fd = bar + kSyncD * kFS, *const fz = bar + kSyncZ * kFS, *const fl = bar + kSyncLaunch * kFS;
-  const int per = C / G, ny = 64 / per, grp = b * per / 64;
-  unsigned long long E = 0;
 #ifdef DLLM_MLP_TRACE
   const unsigned long long t_start = gtimer();
   unsigned launch_no = 0;
@@ -2147,44 +2078,18 @@ __global__ void __launch_bounds__(160, 1)
       for (; g_issued < preg && cg + g_issued < ST; g_issued++) gu_w(g_issued);
     }
     dep_wait();
-    if (FL && lane == 0) E = ld_acquire_u64(fl) / G;
     if (lane == 0) {
       for (int i = 0; i < CHo; i++) tma_load2d(stage(i) + kW, maps.ao, ko0 + 64 * i, 0, full(i));
       for (; g_issued < preg; g_issued++) wait_free(cg + g_issued), gu_w(g_issued);
     }
     __syncwarp();
-    // The flag form too waits for its own multipliers to end a phase
-    // before it polls the other CTAs' flags: a copier polling L2 all
-    // through gate-up slowed every CTA's weight copies (~5 us a layer).
     if (has_o) asm volatile("bar.sync 3, 160;" ::: "memory");
-    // The flag form's waits (lane 0): y's group j summed, h's columns of
-    // the down projection's chunk i stored, y's group j summed again (for
-    // the QKV phase); each known-ready count kept, so a flag is polled
-    // until seen once.
-    int yr = 0, hr = 0, zr = 0;
-    const int h0 = kd0 / NH, nh = (kd0 + 64 * CHd - 1) / NH - h0 + 1;
-    auto y_ready = [&](int j) {
-      if (FL && has_o && j >= yr)
-        yr = flags_ready(fy, C / 64, (E + 1) * ny, FL >= 2 ? C / 64 : j + 1, FL >= 3 ? FL - 2 : 0),
-        proxy_fence_global();
-    };
-    auto h_ready = [&](int i) {
-      const int need = (kd0 + 64 * i + 63) / NH - h0 + 1;
-      if (FL && need > hr)
-        hr = flags_ready(fh + h0 * kFS, nh, E + 1, FL >= 2 ? nh : need, FL >= 3 ? FL - 2 : 0), proxy_fence_global();
-    };
-    auto z_ready = [&](int j) {
-      if (FL && j >= zr)
-        zr = flags_ready(fz + kq0 / 64 * kFS, CHq, (E + 1) * ny, FL >= 2 ? CHq : j + 1, FL >= 3 ? FL - 2 : 0),
-        proxy_fence_global();
-    };
     if (lane == 0) {
-      if (has_o && !FL) proxy_fence_global();
-      for (int j = 0; j < preg; j++) y_ready(j), gu_x(j);
+      if (has_o) proxy_fence_global();
+      for (int j = 0; j < preg; j++) gu_x(j);
       for (int j = preg; j < CHg; j++) {
         wait_free(cg + j);
         gu_w(j);
-        y_ready(j);
         gu_x(j);
       }
       for (int i = 0; i < pred; i++) wait_free(cd + i), dn_w(i);
@@ -2192,24 +2097,23 @@ __global__ void __launch_bounds__(160, 1)
     __syncwarp();
     asm volatile("bar.sync 2, 160;" ::: "memory");
     if (lane == 0) {
-      if (!FL) proxy_fence_global();
-      for (int i = 0; i < pred; i++) h_ready(i), tma_load2d(stage(cd + i) + kW, maps.h, kd0 + 64 * i, 0, full(cd + i));
+      proxy_fence_global();
+      for (int i = 0; i < pred; i++) tma_load2d(stage(cd + i) + kW, maps.h, kd0 + 64 * i, 0, full(cd + i));
       for (int i = pred; i < CHd; i++) {
         wait_free(cd + i);
         dn_w(i);
-        h_ready(i);
         tma_load2d(stage(cd + i) + kW, maps.h, kd0 + 64 * i, 0, full(cd + i));
       }
       // The QKV weights take the stages the down projection's first chunks
-      // free; y's boxes come after its sum (named barrier 4, or the flags).
+      // free; y's boxes come after its sum (named barrier 4).
       for (int j = 0; j < CHq; j++) wait_free(cq + j), q_w(j);
     }
     __syncwarp();
     if (has_q) {
       asm volatile("bar.sync 4, 160;" ::: "memory");
       if (lane == 0) {
-        if (!FL) proxy_fence_global();
-        for (int j = 0; j < CHq; j++) z_ready(j), tma_load2d(stage(cq + j) + kW, maps.x, kq0 + 64 * j, 0, full(cq + j));
+        proxy_fence_global();
+        for (int j = 0; j < CHq; j++) tma_load2d(stage(cq + j) + kW, maps.x, kq0 + 64 * j, 0, full(cq + j));
       }
       __syncwarp();
     }
@@ -2250,26 +2154,9 @@ __global__ void __launch_bounds__(160, 1)
       *reinterpret_cast<uint2 *>(o) = *reinterpret_cast<const uint2 *>(o2);
     }
   };
-  // signal: the multiplying warps' writes so far out, then one added to
-  // *f; await: past once *f reaches target (thread 0 polls).
-  auto signal = [&](unsigned long long *f) {
-    asm volatile("bar.sync 1, 128;" ::: "memory");
-    if (tid == 0) flag_add(f);
-  };
-  auto await = [&](const unsigned long long *f, unsigned long long target) {
-    if (tid == 0)
-      while (ld_acquire_u64(f) < target) {
-      }
-    asm volatile("bar.sync 1, 128;" ::: "memory");
-  };
   dep_wait();
-  if (FL && tid == 0) {
-    E = ld_acquire_u64(fl) / G;
-    if (!has_o) flag_add(fo + no * kFS), flag_add(fy + grp * kFS); // y is as the kernel before left it
-  }
 #ifdef DLLM_MLP_TRACE
-  launch_no = FL ? unsigned(E)
-                 : unsigned(ld_acquire_u64(bar) / (uint64_t((has_o ? 4 : 2) + (has_q ? 1 : 0)) * gridDim.x));
+  launch_no = unsigned(ld_acquire_u64(bar) / (uint64_t((has_o ? 4 : 2) + (has_q ? 1 : 0)) * gridDim.x));
   if (g_mlp_trace && tid == 0)
     g_mlp_trace[(size_t(launch_no % kMlpTraceLaunches) * gridDim.x + blockIdx.x) * kMlpTraceMarks] = t_start;
 #endif
@@ -2286,22 +2173,14 @@ __global__ void __launch_bounds__(160, 1)
     wg_wait(d);
     rel_last(CHo - 1);
     part_store(d, part, M, C, ro, no * NO);
-    if (FL) {
-      signal(fo + no * kFS);
-      await(fo + b * per / NO * kFS, (E + 1) * kPostOS); // the slice this CTA's columns are in
-    } else {
-      grid_sync(bar, G);
-    }
-    dep_launch(); // every CTA of this grid is resident now (each calls it)
+    grid_sync(bar, G);
+    dep_launch(); // every CTA of this grid is resident now
     MLP_MARK(8);
     sum_into_y(kPostOS);
     proxy_fence_global(); // y is read by other CTAs' TMA copies
-    if (FL)
-      signal(fy + grp * kFS);
-    else
-      grid_sync(bar, G);
-    asm volatile("bar.sync 3, 160;" ::: "memory");
+    grid_sync(bar, G);
     MLP_MARK(9);
+    asm volatile("bar.sync 3, 160;" ::: "memory");
   }
 
   // 3. Gate-up with its SiLU step (tgemm_gu_kernel's spread form), into h.
@@ -2331,10 +2210,7 @@ __global__ void __launch_bounds__(160, 1)
     MLP_MARK(3);
     proxy_fence_global(); // h is read by other CTAs' TMA copies
   }
-  if (FL)
-    signal(fh + b * kFS);
-  else
-    grid_sync(bar, G);
+  grid_sync(bar, G);
   MLP_MARK(4);
   if (!has_o) dep_launch();
   asm volatile("bar.sync 2, 160;" ::: "memory");
@@ -2357,26 +2233,15 @@ __global__ void __launch_bounds__(160, 1)
     if (has_q) rel_last(cd + CHd - 1);
     part_store(d, part, M, C, rd, nd * ND);
   }
-  if (FL) {
-    signal(fd + nd * kFS);
-    await(fd + b * per / ND * kFS, (E + 1) * kPostKS);
-  } else {
-    grid_sync(bar, G);
-  }
+  grid_sync(bar, G);
   MLP_MARK(6);
   sum_into_y(kPostKS);
   MLP_MARK(7);
-  if (FL) {
-    if (has_q) proxy_fence_global(); // y is read by other CTAs' TMA copies
-    signal(fz + grp * kFS);                // without the QKV phase too: every launch adds alike
-  }
 
   // 5. The next layer's QKV projection of y (its parts; RoPE sums them).
   if (has_q) {
-    if (!FL) {
-      proxy_fence_global(); // y is read by other CTAs' TMA copies
-      grid_sync(bar, G);
-    }
+    proxy_fence_global(); // y is read by other CTAs' TMA copies
+    grid_sync(bar, G);
     asm volatile("bar.sync 4, 160;" ::: "memory");
     float d[kPostNQ / 8][4] = {};
     for (int j = 0; j < CHq; j++) {
@@ -2386,11 +2251,6 @@ __global__ void __launch_bounds__(160, 1)
     }
     wg_wait(d);
     part_store(d, qpart, M, Nq, rq, nq * kPostNQ);
-  }
-  if (FL && tid == 0) {
-#ifdef DLLM_TMA_DEVICE
-    asm volatile("red.relaxed.gpu.global.add.u64 [%0], 1;" ::"l"(fl) : "memory");
-#endif
   }
 #ifdef DLLM_MLP_TRACE
   sc.store(launch_no);
@@ -2469,24 +2329,24 @@ int tgemm_gu(const CUtensorMap &wm, const CUtensorMap &xm, __nv_bfloat16 *out, i
                 static_cast<int>(M), static_cast<int>(F), static_cast<int>(K), eps);
 }
 
-// tpost launches tpost_kernel<ST, XR, FL> over G CTAs, or says DTK_TMA_NO
-// where the device cannot hold them all at once (the grid barriers or
-// flags would wait for ever).
-template <int ST, int XR = kTmaRows, int FL = 1>
+// tpost launches tpost_kernel<ST, XR> over G CTAs, or says DTK_TMA_NO
+// where the device cannot hold them all at once (the grid barriers would
+// wait for ever).
+template <int ST, int XR = kTmaRows>
 int tpost(const PostMaps &maps, bool has_o, void *h, void *part, void *y, void *bar, int G, int64_t M, int64_t F,
           int64_t C, int64_t Ko, float eps, float *qpart, int64_t Nq, cudaStream_t s) {
   constexpr size_t smem = tpost_smem<ST, XR>();
   static const bool ok = [&] {
     int dev = 0, sms = 0, per = 0;
-    return cudaFuncSetAttribute(tpost_kernel<ST, XR, FL>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) ==
+    return cudaFuncSetAttribute(tpost_kernel<ST, XR>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) ==
                cudaSuccess &&
            cudaGetDevice(&dev) == cudaSuccess &&
            cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
-           cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, tpost_kernel<ST, XR, FL>, 160, smem) == cudaSuccess &&
+           cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, tpost_kernel<ST, XR>, 160, smem) == cudaSuccess &&
            per >= 1 && sms >= G;
   }();
   if (!ok) return DTK_TMA_NO;
-  return launch(tpost_kernel<ST, XR, FL>, dim3(static_cast<unsigned>(G)), 160, smem, s, maps, has_o,
+  return launch(tpost_kernel<ST, XR>, dim3(static_cast<unsigned>(G)), 160, smem, s, maps, has_o,
                 static_cast<__nv_bfloat16 *>(h), static_cast<float *>(part), static_cast<__nv_bfloat16 *>(y),
                 static_cast<unsigned long long *>(bar), static_cast<int>(M), static_cast<int>(F), static_cast<int>(C),
                 static_cast<int>(Ko), eps, qpart, static_cast<int>(Nq));
@@ -2898,46 +2758,13 @@ int dtk_tma_post(int dtype, void *y, const void *ao, const void *wo, int64_t Ko,
     return cudaErrorInvalidValue;
   if (!has_o) maps.o = maps.ao = maps.x; // unread
   if (!wqkv) maps.q = maps.x;
-  // The flag form where its flags fit the sync buffer and a poll's 32:
-  // y's 64-column groups, the down projection's slices, a chunk's run of
-  // gate-up CTAs; DLLM_POST_FLAGS=0 keeps the grid barriers (to measure).
-  static const int flags_env = [] {
-    const char *e = std::getenv("DLLM_POST_FLAGS");
-    return e && *e ? std::atoi(e) : 1;
-  }();
-  const int64_t dspan = F / kPostKS; // h columns a down-projection CTA reads
-  const int fl = !(flags_env && C / 64 <= 32 && G <= 256 && C / kPostND <= 32 && 64 % (C / G) == 0 &&
-                  (dspan - 1) / 48 + 2 <= 32) ? 0 : flags_env >= 2 && flags_env <= 4 ? flags_env : 1;
-  auto run = [&](auto st, auto x, auto f) {
-    return tpost<decltype(st)::value, decltype(x)::value, decltype(f)::value>(
-        maps, has_o, h, part, y, sync, int(G), M, F, C, has_o ? Ko : 0, eps,
-        wqkv ? static_cast<float *>(qpart) : nullptr, Nq, static_cast<cudaStream_t>(stream));
-  };
-  using S8 = std::integral_constant<int, 8>;
-  using S10 = std::integral_constant<int, 10>;
-  using X64 = std::integral_constant<int, 64>;
-  using X32 = std::integral_constant<int, kTmaRows>;
-  using Off = std::integral_constant<int, 0>;
-  using On = std::integral_constant<int, 1>;
-  using All = std::integral_constant<int, 2>;
-  using NoFence = std::integral_constant<int, 3>;
-  using OneAcq = std::integral_constant<int, 4>;
   // A fused commit's 64 rows: 8 stages (the output projection's 8 chunks a
   // CTA, fetched at once), as 10 of 24 KB do not fit.
-  if (xr == 64) switch (fl) {
-    case 0: return run(S8(), X64(), Off());
-    case 2: return run(S8(), X64(), All());
-    case 3: return run(S8(), X64(), NoFence());
-    case 4: return run(S8(), X64(), OneAcq());
-    default: return run(S8(), X64(), On());
-    }
-  switch (fl) {
-  case 0: return run(S10(), X32(), Off());
-  case 2: return run(S10(), X32(), All());
-  case 3: return run(S10(), X32(), NoFence());
-  case 4: return run(S10(), X32(), OneAcq());
-  default: return run(S10(), X32(), On());
-  }
+  if (xr == 64)
+    return tpost<8, 64>(maps, has_o, h, part, y, sync, int(G), M, F, C, has_o ? Ko : 0, eps,
+                        wqkv ? static_cast<float *>(qpart) : nullptr, Nq, static_cast<cudaStream_t>(stream));
+  return tpost<10>(maps, has_o, h, part, y, sync, int(G), M, F, C, has_o ? Ko : 0, eps,
+                   wqkv ? static_cast<float *>(qpart) : nullptr, Nq, static_cast<cudaStream_t>(stream));
 #else
   return DTK_TMA_NO;
 #endif
