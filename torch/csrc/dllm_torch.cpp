@@ -935,7 +935,7 @@ struct Decoder {
   at::Tensor own_k, own_v, own_pos; // for it: a forward's own keys and values (64, Hkv, D); 0, 1, ... 63
   bool own_fork = false;    // attend_cudnn's own-key attention on a stream of its own, beside cuDNN's call
   int64_t written = 0;      // the cache slots [written, Max) are zero (the cuDNN path reads past the context)
-  at::Tensor post_bar;      // post_fused's barrier and slice counts (DTK_TMA_POST_SYNC bytes, zero at first)
+  at::Tensor post_bar;      // post_fused's barrier count (DTK_TMA_POST_SYNC bytes, zero at first)
   int64_t qkv_ahead = 0;    // whole-forward graphs of up to this many rows: post_fused also runs the next layer's QKV projection
   int graphs = 0;      // capture graphs for query lengths up to this
 #ifdef DLLM_KERNELS

@@ -19,7 +19,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 namespace {
@@ -1898,31 +1897,6 @@ __device__ inline void grid_sync(unsigned long long *bar, unsigned n) {
   asm volatile("bar.sync 1, 128;" ::: "memory");
 }
 
-// The split-K sums' local waits (tpost_kernel's SL, DLLM_POST_LOCAL): a
-// CTA sums its columns once the output (down) projection slice they are
-// in has all its kPostOS (kPostKS) parts, found by a count a slice that
-// each of its CTAs adds one to (release); a reader waits until it reaches
-// (E + 1) n, where E is the launch's number: every launch adds to every
-// count alike (a left-out output projection at once), and the launch
-// count gains one a CTA at the kernel's end, so every CTA of launch E
-// reads it in [E G, E G + G) past its PDL wait (the launch before is
-// complete by then; no CTA can end before every CTA has passed the grid
-// barrier after gate-up). Counts in the sync buffer, each in a 128-byte
-// line of its own (kFS u64s): kSyncLaunch, then kSyncO's C / 64 output
-// slices and kSyncD's C / 128 down slices (32 each at most). The grid
-// barriers the copier's boxes wait on stay: counters polled by the copier
-// were slower (docs/performance.md, thirty-second session).
-constexpr int kFS = 16, kSyncLaunch = 1, kSyncO = 2, kSyncD = kSyncO + 32, kSyncEnd = kSyncD + 32;
-static_assert(kSyncEnd * kFS * 8 <= DTK_TMA_POST_SYNC, "the sync buffer holds the counts");
-
-// count_add adds one to *f once this thread's writes before it (and those
-// it has seen through a CTA barrier) are visible at the GPU's scope.
-__device__ inline void count_add(unsigned long long *f) {
-#ifdef DLLM_TMA_DEVICE
-  asm volatile("red.release.gpu.global.add.u64 [%0], 1;" ::"l"(f) : "memory");
-#endif
-}
-
 // A stage holds the down projection's (128, 64) weight box and x's (XR,
 // 64) at kPostW; gate-up's two (48, 64) boxes take 96 of the 128 rows,
 // the output projection's one 64.
@@ -2016,7 +1990,7 @@ __device__ inline void part_store(const float (&d)[NJ][4], float *part, int M, i
     }
 }
 
-// tpost_kernel: see above (SL: the sums' local waits). has_o: the output projection first (y += ao
+// tpost_kernel: see above. has_o: the output projection first (y += ao
 // Wo^T); h and part scratch; y the residual stream, updated in place. x's
 // boxes (ao, y, h) are XR rows: M <= XR. With qpart: after one more
 // barrier the next layer's QKV projection of the new y, its folded
@@ -2024,7 +1998,7 @@ __device__ inline void part_store(const float (&d)[NJ][4], float *part, int M, i
 // float32 partial products over K (kPostQS, M, Nq) that dtk_rope_qkv
 // sums: the QKV GEMM's kernel and its boundary go (the next kernel, RoPE,
 // is small enough to wait on this grid's SMs).
-template <int ST, int XR = kTmaRows, bool SL = true>
+template <int ST, int XR = kTmaRows>
 __global__ void __launch_bounds__(160, 1)
     tpost_kernel(const __grid_constant__ PostMaps maps, bool has_o, __nv_bfloat16 *h, float *part, __nv_bfloat16 *y,
                  unsigned long long *bar, int M, int F, int C, int Ko, float eps, float *qpart, int Nq) {
@@ -2180,27 +2154,9 @@ __global__ void __launch_bounds__(160, 1)
       *reinterpret_cast<uint2 *>(o) = *reinterpret_cast<const uint2 *>(o2);
     }
   };
-  // local_sync: past once the count at slot reaches n for this launch,
-  // after this CTA's writes so far have gone out and added to slot mine.
-  unsigned long long E = 0;
-  auto local_sync = [&](int mine, int slot, int n) {
-    asm volatile("bar.sync 1, 128;" ::: "memory");
-    if (tid == 0) {
-      count_add(bar + mine * kFS);
-      while (ld_acquire_u64(bar + slot * kFS) < (E + 1) * n) {
-      }
-    }
-    asm volatile("bar.sync 1, 128;" ::: "memory");
-  };
-  const int per = C / G; // columns this CTA sums
   dep_wait();
-  if (SL && tid == 0) {
-    E = ld_acquire_u64(bar + kSyncLaunch * kFS) / G;
-    if (!has_o) count_add(bar + (kSyncO + no) * kFS);
-  }
 #ifdef DLLM_MLP_TRACE
-  launch_no = unsigned(ld_acquire_u64(bar) / (uint64_t((has_o ? 2 : 1) + (SL ? 0 : has_o ? 2 : 1) + (has_q ? 1 : 0)) *
-                                              gridDim.x));
+  launch_no = unsigned(ld_acquire_u64(bar) / (uint64_t((has_o ? 4 : 2) + (has_q ? 1 : 0)) * gridDim.x));
   if (g_mlp_trace && tid == 0)
     g_mlp_trace[(size_t(launch_no % kMlpTraceLaunches) * gridDim.x + blockIdx.x) * kMlpTraceMarks] = t_start;
 #endif
@@ -2217,11 +2173,8 @@ __global__ void __launch_bounds__(160, 1)
     wg_wait(d);
     rel_last(CHo - 1);
     part_store(d, part, M, C, ro, no * NO);
-    if (SL)
-      local_sync(kSyncO + no, kSyncO + b * per / NO, kPostOS);
-    else
-      grid_sync(bar, G);
-    dep_launch(); // every CTA of this grid is resident now (each calls it)
+    grid_sync(bar, G);
+    dep_launch(); // every CTA of this grid is resident now
     MLP_MARK(8);
     sum_into_y(kPostOS);
     proxy_fence_global(); // y is read by other CTAs' TMA copies
@@ -2280,10 +2233,7 @@ __global__ void __launch_bounds__(160, 1)
     if (has_q) rel_last(cd + CHd - 1);
     part_store(d, part, M, C, rd, nd * ND);
   }
-  if (SL)
-    local_sync(kSyncD + nd, kSyncD + b * per / ND, kPostKS);
-  else
-    grid_sync(bar, G);
+  grid_sync(bar, G);
   MLP_MARK(6);
   sum_into_y(kPostKS);
   MLP_MARK(7);
@@ -2301,11 +2251,6 @@ __global__ void __launch_bounds__(160, 1)
     }
     wg_wait(d);
     part_store(d, qpart, M, Nq, rq, nq * kPostNQ);
-  }
-  if (SL && tid == 0) {
-#ifdef DLLM_TMA_DEVICE
-    asm volatile("red.relaxed.gpu.global.add.u64 [%0], 1;" ::"l"(bar + kSyncLaunch * kFS) : "memory");
-#endif
   }
 #ifdef DLLM_MLP_TRACE
   sc.store(launch_no);
@@ -2384,24 +2329,24 @@ int tgemm_gu(const CUtensorMap &wm, const CUtensorMap &xm, __nv_bfloat16 *out, i
                 static_cast<int>(M), static_cast<int>(F), static_cast<int>(K), eps);
 }
 
-// tpost launches tpost_kernel<ST, XR, SL> over G CTAs, or says DTK_TMA_NO
+// tpost launches tpost_kernel<ST, XR> over G CTAs, or says DTK_TMA_NO
 // where the device cannot hold them all at once (the grid barriers would
 // wait for ever).
-template <int ST, int XR = kTmaRows, bool SL = true>
+template <int ST, int XR = kTmaRows>
 int tpost(const PostMaps &maps, bool has_o, void *h, void *part, void *y, void *bar, int G, int64_t M, int64_t F,
           int64_t C, int64_t Ko, float eps, float *qpart, int64_t Nq, cudaStream_t s) {
   constexpr size_t smem = tpost_smem<ST, XR>();
   static const bool ok = [&] {
     int dev = 0, sms = 0, per = 0;
-    return cudaFuncSetAttribute(tpost_kernel<ST, XR, SL>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) ==
+    return cudaFuncSetAttribute(tpost_kernel<ST, XR>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) ==
                cudaSuccess &&
            cudaGetDevice(&dev) == cudaSuccess &&
            cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
-           cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, tpost_kernel<ST, XR, SL>, 160, smem) == cudaSuccess &&
+           cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, tpost_kernel<ST, XR>, 160, smem) == cudaSuccess &&
            per >= 1 && sms >= G;
   }();
   if (!ok) return DTK_TMA_NO;
-  return launch(tpost_kernel<ST, XR, SL>, dim3(static_cast<unsigned>(G)), 160, smem, s, maps, has_o,
+  return launch(tpost_kernel<ST, XR>, dim3(static_cast<unsigned>(G)), 160, smem, s, maps, has_o,
                 static_cast<__nv_bfloat16 *>(h), static_cast<float *>(part), static_cast<__nv_bfloat16 *>(y),
                 static_cast<unsigned long long *>(bar), static_cast<int>(M), static_cast<int>(F), static_cast<int>(C),
                 static_cast<int>(Ko), eps, qpart, static_cast<int>(Nq));
@@ -2813,26 +2758,13 @@ int dtk_tma_post(int dtype, void *y, const void *ao, const void *wo, int64_t Ko,
     return cudaErrorInvalidValue;
   if (!has_o) maps.o = maps.ao = maps.x; // unread
   if (!wqkv) maps.q = maps.x;
-  // The sums' local waits where their counts fit the sync buffer;
-  // DLLM_POST_LOCAL=0 keeps grid barriers there (to measure).
-  static const bool local_env = [] {
-    const char *e = std::getenv("DLLM_POST_LOCAL");
-    return !(e && std::string(e) == "0");
-  }();
-  const bool sl = local_env && C / 64 <= 32 && 64 % (C / G) == 0;
-  auto run = [&](auto st, auto x, auto l) {
-    return tpost<decltype(st)::value, decltype(x)::value, decltype(l)::value>(
-        maps, has_o, h, part, y, sync, int(G), M, F, C, has_o ? Ko : 0, eps,
-        wqkv ? static_cast<float *>(qpart) : nullptr, Nq, static_cast<cudaStream_t>(stream));
-  };
-  using S8 = std::integral_constant<int, 8>;
-  using S10 = std::integral_constant<int, 10>;
-  using X64 = std::integral_constant<int, 64>;
-  using X32 = std::integral_constant<int, kTmaRows>;
   // A fused commit's 64 rows: 8 stages (the output projection's 8 chunks a
   // CTA, fetched at once), as 10 of 24 KB do not fit.
-  if (xr == 64) return sl ? run(S8(), X64(), std::true_type()) : run(S8(), X64(), std::false_type());
-  return sl ? run(S10(), X32(), std::true_type()) : run(S10(), X32(), std::false_type());
+  if (xr == 64)
+    return tpost<8, 64>(maps, has_o, h, part, y, sync, int(G), M, F, C, has_o ? Ko : 0, eps,
+                        wqkv ? static_cast<float *>(qpart) : nullptr, Nq, static_cast<cudaStream_t>(stream));
+  return tpost<10>(maps, has_o, h, part, y, sync, int(G), M, F, C, has_o ? Ko : 0, eps,
+                   wqkv ? static_cast<float *>(qpart) : nullptr, Nq, static_cast<cudaStream_t>(stream));
 #else
   return DTK_TMA_NO;
 #endif

@@ -190,14 +190,13 @@ int dtk_tma_gate_up_silu(int dtype, const void *x, const void *w, void *out, int
 // 48; else DTK_TMA_NO). scratch:
 // dtk_tma_post_scratch bytes, 16-byte aligned; sync: DTK_TMA_POST_SYNC
 // bytes, 8-byte aligned and zero before the first call, that no other
-// kernel uses while it runs (counts of barrier arrivals, launches and
-// slices' parts; one buffer for every call in a stream). The grid must
+// kernel uses while it runs (a count of barrier arrivals). The grid must
 // be resident at once: it needs an SM for each of F / 48 CTAs, which
 // kernels of other processes sharing the GPU through MPS could hold (set
 // DLLM_POST_FUSED=0 there). DTK_TMA_NO where it does not take the shape
 // or the device; DLLM_POST_FUSED=0 turns it off, 1 leaves the output
 // projection out, DLLM_TMA_64=0 keeps it from 33-64 rows (to measure).
-#define DTK_TMA_POST_SYNC 16384
+#define DTK_TMA_POST_SYNC 8
 #define DTK_TMA_POST_QPARTS 4
 int dtk_tma_post(int dtype, void *y, const void *ao, const void *wo, int64_t Ko, const void *wgu, const void *wdown,
                  const void *wqkv, int64_t Nq, void *qpart, void *scratch, void *sync, int64_t M, int64_t F, int64_t C,
