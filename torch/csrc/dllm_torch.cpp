@@ -1343,14 +1343,11 @@ struct Decoder {
     auto M = x.size(0), C = x.size(1), F = ly.wdown.size(1);
     auto scratch = at::empty({dtk_tma_post_scratch(M, F, C)}, x.options().dtype(at::kByte));
     auto run = [&](const at::Tensor &wq, const at::Tensor &qp) {
-      const bool nx = wq.defined() && next->wo.is_contiguous() && next->wgu_n.is_contiguous() &&
-                      next->wdown.is_contiguous();
       return dtk_tma_post(static_cast<int>(x.scalar_type()), x.data_ptr(), ao.defined() ? ao.data_ptr() : nullptr,
                           ly.wo.data_ptr(), ly.wo.size(1), ly.wgu_n.data_ptr(), ly.wdown.data_ptr(),
                           wq.defined() ? wq.data_ptr() : nullptr, wq.defined() ? wq.size(0) : 0,
-                          qp.defined() ? qp.data_ptr() : nullptr, nx ? next->wo.data_ptr() : nullptr,
-                          nx ? next->wgu_n.data_ptr() : nullptr, nx ? next->wdown.data_ptr() : nullptr,
-                          scratch.data_ptr(), post_bar.data_ptr(), M, F, C, static_cast<float>(eps), stream());
+                          qp.defined() ? qp.data_ptr() : nullptr, scratch.data_ptr(), post_bar.data_ptr(), M, F, C,
+                          static_cast<float>(eps), stream());
     };
     int r = DTK_TMA_NO;
     if (next && qparts && !next->bqkv.defined() && next->wqkv_n.defined() && next->wqkv_n.is_contiguous()) {

@@ -1424,16 +1424,6 @@ __device__ inline void tma_load2d(unsigned dst, const CUtensorMap &map, int c0, 
       : "memory");
 #endif
 }
-// tma_prefetch2d asks L2 for the box at (c0 inner, c1 outer) of map's
-// tensor, with nothing to wait for.
-__device__ inline void tma_prefetch2d(const CUtensorMap &map, int c0, int c1) {
-#ifdef DLLM_TMA_DEVICE
-  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];" ::"l"(
-                   reinterpret_cast<uint64_t>(&map)),
-               "r"(c0), "r"(c1)
-               : "memory");
-#endif
-}
 __device__ inline unsigned cluster_rank() {
   unsigned r = 0;
 #ifdef DLLM_TMA_DEVICE
@@ -1980,18 +1970,6 @@ struct PostMaps {
   CUtensorMap gu, x; // gate-up (2F, C) in (48, 64) boxes; the residual stream y (M, C)
   CUtensorMap dn, h; // down (C, F) in (128, 64) boxes; gate-up's outputs (M, F)
   CUtensorMap q;     // the next layer's folded QKV weight (Nq, C) in (80, 64) boxes (read with has_q)
-  CUtensorMap no, ngu, ndn; // the next layer's o, gu and dn (prefetched into L2 with has_q and ahead)
-};
-
-// PostAhead: how much of the next layer's weights each CTA asks L2 for
-// once this layer's last weights are in (DLLM_L2_AHEAD=o,gu,dn: the
-// output projection's chunks or none, gate-up's first gu and the down
-// projection's first dn chunks), so that they arrive while RoPE and the
-// attention leave the memory idle.
-struct PostAhead {
-  int o = 0, gu = 0, dn = 0;
-  int lsu = 0; // 1: prefetch.global.L2 line by line from the copier's lanes instead of TMA prefetches
-  const char *wo = nullptr, *wgu = nullptr, *wdn = nullptr;
 };
 
 // part_store writes the accumulator rows < M (warp w holds rows 16 w ..,
@@ -2023,8 +2001,7 @@ __device__ inline void part_store(const float (&d)[NJ][4], float *part, int M, i
 template <int ST, int XR = kTmaRows>
 __global__ void __launch_bounds__(160, 1)
     tpost_kernel(const __grid_constant__ PostMaps maps, bool has_o, __nv_bfloat16 *h, float *part, __nv_bfloat16 *y,
-                 unsigned long long *bar, int M, int F, int C, int Ko, float eps, float *qpart, int Nq,
-                 PostAhead ahead) {
+                 unsigned long long *bar, int M, int F, int C, int Ko, float eps, float *qpart, int Nq) {
 #ifdef DLLM_TMA_DEVICE
   using T = __nv_bfloat16;
   constexpr int NH = 48, NG = 2 * NH, NO = 64, ND = kPostND, kH = NH * 128, kW = kPostW, RS = NG + 8;
@@ -2137,24 +2114,6 @@ __global__ void __launch_bounds__(160, 1)
       if (lane == 0) {
         proxy_fence_global();
         for (int j = 0; j < CHq; j++) tma_load2d(stage(cq + j) + kW, maps.x, kq0 + 64 * j, 0, full(cq + j));
-      }
-      // The next layer's first chunks this CTA's successor will load.
-      if (ahead.lsu) {
-        // nl 128-byte lines from byte c0 of rows [r0, r0 + nr) of a matrix with ld bytes a row.
-        auto pf = [&](const char *w, int r0, int nr, int ld, int c0, int nl) {
-          for (int u = lane; u < nr * nl; u += 32)
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(w + size_t(r0 + u / nl) * ld + c0 + 128 * (u % nl)));
-        };
-        if (ahead.o) pf(ahead.wo, no * NO, NO, 2 * Ko, 2 * ko0, CHo);
-        const int ng = min(ahead.gu, CHg), ndn = min(ahead.dn, CHd);
-        if (ng) pf(ahead.wgu, j0, NH, 2 * C, 0, ng), pf(ahead.wgu, F + j0, NH, 2 * C, 0, ng);
-        if (ndn) pf(ahead.wdn, nd * ND, ND, 2 * F, 2 * kd0, ndn);
-      } else if (lane == 0) {
-        if (ahead.o)
-          for (int i = 0; i < CHo; i++) tma_prefetch2d(maps.no, ko0 + 64 * i, no * NO);
-        for (int j = 0; j < min(ahead.gu, CHg); j++)
-          tma_prefetch2d(maps.ngu, 64 * j, j0), tma_prefetch2d(maps.ngu, 64 * j, F + j0);
-        for (int i = 0; i < min(ahead.dn, CHd); i++) tma_prefetch2d(maps.ndn, kd0 + 64 * i, nd * ND);
       }
       __syncwarp();
     }
@@ -2375,7 +2334,7 @@ int tgemm_gu(const CUtensorMap &wm, const CUtensorMap &xm, __nv_bfloat16 *out, i
 // wait for ever).
 template <int ST, int XR = kTmaRows>
 int tpost(const PostMaps &maps, bool has_o, void *h, void *part, void *y, void *bar, int G, int64_t M, int64_t F,
-          int64_t C, int64_t Ko, float eps, float *qpart, int64_t Nq, PostAhead ahead, cudaStream_t s) {
+          int64_t C, int64_t Ko, float eps, float *qpart, int64_t Nq, cudaStream_t s) {
   constexpr size_t smem = tpost_smem<ST, XR>();
   static const bool ok = [&] {
     int dev = 0, sms = 0, per = 0;
@@ -2390,7 +2349,7 @@ int tpost(const PostMaps &maps, bool has_o, void *h, void *part, void *y, void *
   return launch(tpost_kernel<ST, XR>, dim3(static_cast<unsigned>(G)), 160, smem, s, maps, has_o,
                 static_cast<__nv_bfloat16 *>(h), static_cast<float *>(part), static_cast<__nv_bfloat16 *>(y),
                 static_cast<unsigned long long *>(bar), static_cast<int>(M), static_cast<int>(F), static_cast<int>(C),
-                static_cast<int>(Ko), eps, qpart, static_cast<int>(Nq), ahead);
+                static_cast<int>(Ko), eps, qpart, static_cast<int>(Nq));
 }
 
 // TmaStages is how many copy stages each TMA GEMM's ring holds: more
@@ -2763,9 +2722,8 @@ int dtk_tma_gate_up_silu(int dtype, const void *x, const void *w, void *out, int
 }
 
 int dtk_tma_post(int dtype, void *y, const void *ao, const void *wo, int64_t Ko, const void *wgu, const void *wdown,
-                 const void *wqkv, int64_t Nq, void *qpart, const void *next_wo, const void *next_wgu,
-                 const void *next_wdown, void *scratch, void *sync, int64_t M, int64_t F, int64_t C, float eps,
-                 void *stream) {
+                 const void *wqkv, int64_t Nq, void *qpart, void *scratch, void *sync, int64_t M, int64_t F, int64_t C,
+                 float eps, void *stream) {
   early_launch_init(static_cast<cudaStream_t>(stream));
 #ifdef DLLM_SM90A
   // DLLM_POST_FUSED: 0 off, 1 the MLP only, 2 (default) with the output
@@ -2800,29 +2758,13 @@ int dtk_tma_post(int dtype, void *y, const void *ao, const void *wo, int64_t Ko,
     return cudaErrorInvalidValue;
   if (!has_o) maps.o = maps.ao = maps.x; // unread
   if (!wqkv) maps.q = maps.x;
-  static const PostAhead want = [] {
-    PostAhead a;
-    if (const char *e = std::getenv("DLLM_L2_AHEAD")) std::sscanf(e, "%d,%d,%d,%d", &a.o, &a.gu, &a.dn, &a.lsu);
-    return a;
-  }();
-  PostAhead ahead;
-  maps.no = maps.ngu = maps.ndn = maps.x; // unread
-  if (wqkv && next_wo && next_wgu && next_wdown) {
-    ahead = want;
-    if ((has_o && !tmap2d(&maps.no, next_wo, C, Ko, 64)) || !tmap2d(&maps.ngu, next_wgu, 2 * F, C, 48) ||
-        !tmap2d(&maps.ndn, next_wdown, C, F, kPostND))
-      return cudaErrorInvalidValue;
-    if (!has_o) ahead.o = 0;
-    ahead.wo = static_cast<const char *>(next_wo), ahead.wgu = static_cast<const char *>(next_wgu),
-    ahead.wdn = static_cast<const char *>(next_wdown);
-  }
   // A fused commit's 64 rows: 8 stages (the output projection's 8 chunks a
   // CTA, fetched at once), as 10 of 24 KB do not fit.
   if (xr == 64)
     return tpost<8, 64>(maps, has_o, h, part, y, sync, int(G), M, F, C, has_o ? Ko : 0, eps,
-                        wqkv ? static_cast<float *>(qpart) : nullptr, Nq, ahead, static_cast<cudaStream_t>(stream));
+                        wqkv ? static_cast<float *>(qpart) : nullptr, Nq, static_cast<cudaStream_t>(stream));
   return tpost<10>(maps, has_o, h, part, y, sync, int(G), M, F, C, has_o ? Ko : 0, eps,
-                   wqkv ? static_cast<float *>(qpart) : nullptr, Nq, ahead, static_cast<cudaStream_t>(stream));
+                   wqkv ? static_cast<float *>(qpart) : nullptr, Nq, static_cast<cudaStream_t>(stream));
 #else
   return DTK_TMA_NO;
 #endif

@@ -187,9 +187,7 @@ int dtk_tma_gate_up_silu(int dtype, const void *x, const void *w, void *out, int
 // it then also writes that layer's QKV projection of the new y as
 // DTK_TMA_POST_QPARTS partial products over K to qpart (DTK_TMA_POST_QPARTS,
 // M, Nq) float32, 16-byte aligned, for dtk_rope_qkv (Nq / 80 * 4 == F /
-// 48; else DTK_TMA_NO); with it next_wo, next_wgu and next_wdown (that
-// layer's weights, shaped as wo, wgu and wdown, or null) are what
-// DLLM_L2_AHEAD asks L2 for at the end. scratch:
+// 48; else DTK_TMA_NO). scratch:
 // dtk_tma_post_scratch bytes, 16-byte aligned; sync: DTK_TMA_POST_SYNC
 // bytes, 8-byte aligned and zero before the first call, that no other
 // kernel uses while it runs (a count of barrier arrivals). The grid must
@@ -201,9 +199,8 @@ int dtk_tma_gate_up_silu(int dtype, const void *x, const void *w, void *out, int
 #define DTK_TMA_POST_SYNC 8
 #define DTK_TMA_POST_QPARTS 4
 int dtk_tma_post(int dtype, void *y, const void *ao, const void *wo, int64_t Ko, const void *wgu, const void *wdown,
-                 const void *wqkv, int64_t Nq, void *qpart, const void *next_wo, const void *next_wgu,
-                 const void *next_wdown, void *scratch, void *sync, int64_t M, int64_t F, int64_t C, float eps,
-                 void *stream);
+                 const void *wqkv, int64_t Nq, void *qpart, void *scratch, void *sync, int64_t M, int64_t F, int64_t C,
+                 float eps, void *stream);
 int64_t dtk_tma_post_scratch(int64_t M, int64_t F, int64_t C);
 
 #ifdef __cplusplus
