@@ -65,7 +65,7 @@ int main() {
     CK(dtk_tma_linear(kBF16, a, wdn[r], yy, yy, M, C, F, s));
   };
   auto fused = [&](int r, bf16 *yy, bool with_o) {
-    CK(dtk_tma_post(kBF16, yy, with_o ? ao : nullptr, wo[r], C, wgu[r], wdn[r], nullptr, 0, nullptr, nullptr, nullptr, nullptr, scratch, bar, M, F, C, eps, s));
+    CK(dtk_tma_post(kBF16, yy, with_o ? ao : nullptr, wo[r], C, wgu[r], wdn[r], nullptr, 0, nullptr, scratch, bar, M, F, C, eps, s));
   };
   std::printf("%d rows\n", M);
   std::vector<uint16_t> h1(size_t(M) * C), h2(size_t(M) * C);

@@ -980,13 +980,6 @@ struct Decoder {
   c10::optional<c10::cuda::CUDAStream> fork; // own_fork's stream (high priority: not side)
   at::cuda::CUDAEvent fork_in, fork_out;
 #endif
-  // DLLM_L2_AHEAD=o,gu,dn (to measure): in whole-forward captures, a kernel
-  // beside each layer's attention asks L2 for the next layer's first
-  // weights (dtk_l2_ahead) on ahead_stream, joined before the head.
-  int ahead_o = 0, ahead_gu = 0, ahead_dn = 0, ahead_n = 0;
-  bool ahead_capture = false;
-  c10::optional<c10::cuda::CUDAStream> ahead_stream;
-  at::cuda::CUDAEvent ahead_in, ahead_out;
   at::cuda::MempoolId_t pool{0, 0};
 #endif
 
@@ -1350,14 +1343,11 @@ struct Decoder {
     auto M = x.size(0), C = x.size(1), F = ly.wdown.size(1);
     auto scratch = at::empty({dtk_tma_post_scratch(M, F, C)}, x.options().dtype(at::kByte));
     auto run = [&](const at::Tensor &wq, const at::Tensor &qp) {
-      const bool nx = wq.defined() && next->wo.is_contiguous() && next->wgu_n.is_contiguous() &&
-                      next->wdown.is_contiguous();
       return dtk_tma_post(static_cast<int>(x.scalar_type()), x.data_ptr(), ao.defined() ? ao.data_ptr() : nullptr,
                           ly.wo.data_ptr(), ly.wo.size(1), ly.wgu_n.data_ptr(), ly.wdown.data_ptr(),
                           wq.defined() ? wq.data_ptr() : nullptr, wq.defined() ? wq.size(0) : 0,
-                          qp.defined() ? qp.data_ptr() : nullptr, nx ? next->wo.data_ptr() : nullptr,
-                          nx ? next->wgu_n.data_ptr() : nullptr, nx ? next->wdown.data_ptr() : nullptr,
-                          scratch.data_ptr(), post_bar.data_ptr(), M, F, C, static_cast<float>(eps), stream());
+                          qp.defined() ? qp.data_ptr() : nullptr, scratch.data_ptr(), post_bar.data_ptr(), M, F, C,
+                          static_cast<float>(eps), stream());
     };
     int r = DTK_TMA_NO;
     if (next && qparts && !next->bqkv.defined() && next->wqkv_n.defined() && next->wqkv_n.is_contiguous()) {
@@ -1368,19 +1358,6 @@ struct Decoder {
     if (r == DTK_TMA_NO) r = run(at::Tensor(), at::Tensor());
     if (r == DTK_TMA_NO) return false;
     check_launch(r, "tma post");
-#ifdef DLLM_CUDA
-    if (ahead_capture && next && qparts && qparts->defined() && ao.defined() && (ahead_o || ahead_gu || ahead_dn)) {
-      auto cur = c10::cuda::getCurrentCUDAStream();
-      if (!ahead_stream) ahead_stream = c10::cuda::getStreamFromPool(false, cur.device_index());
-      ahead_in.record(cur);
-      ahead_in.block(*ahead_stream);
-      check_launch(dtk_l2_ahead(next->wo.data_ptr(), next->wgu_n.data_ptr(), next->wdown.data_ptr(), F, C,
-                                next->wo.size(1), ahead_o, ahead_gu, ahead_dn, ahead_stream->stream()),
-                   "l2 ahead");
-      ahead_out.record(*ahead_stream);
-      ahead_n++;
-    }
-#endif
     return true;
 #else
     return false;
@@ -1470,14 +1447,7 @@ struct Decoder {
         auto q = pre(ly, x, c.pos, bucket.P > 0, bucket.P > 0 && rows > 0, &qkv, qparts);
         qparts = at::Tensor();
         const DecLayer *next = Tn <= qkv_ahead && l + 1 < layers.size() ? &layers[l + 1] : nullptr;
-        ahead_capture = bucket.P > 0;
         x = post(ly, x, attend_all(ly, q, c.pos, rows, bucket), next, next ? &qparts : nullptr);
-        ahead_capture = false;
-      }
-      if (ahead_n > 0) {
-        ahead_out.block(c10::cuda::getCurrentCUDAStream());
-        if (std::getenv("DLLM_CAPTURE_LOG")) std::fprintf(stderr, "dllm: %d L2 ahead kernels\n", ahead_n);
-        ahead_n = 0;
       }
       c.hn = norm_(x, norm);
       g->capture_end();
@@ -1876,10 +1846,6 @@ dt_err dt_decoder_new(dt_tensor embed, dt_tensor norm, dt_tensor head, const dt_
     // cuDNN's call on one stream (to measure).
     const char *of = std::getenv("DLLM_OWN_FORK");
     d->own_fork = d->fused_cudnn && !(of && std::string(of) == "0");
-#endif
-#ifdef DLLM_CUDA
-    if (const char *e = std::getenv("DLLM_L2_AHEAD"))
-      std::sscanf(e, "%d,%d,%d", &d->ahead_o, &d->ahead_gu, &d->ahead_dn);
 #endif
     // DLLM_WHOLE_GRAPH=0 keeps per-layer graphs for every forward (to measure).
     const char *wg = std::getenv("DLLM_WHOLE_GRAPH");

@@ -1424,16 +1424,6 @@ __device__ inline void tma_load2d(unsigned dst, const CUtensorMap &map, int c0, 
       : "memory");
 #endif
 }
-// tma_prefetch2d asks L2 for the box at (c0 inner, c1 outer) of map's
-// tensor, with nothing to wait for.
-__device__ inline void tma_prefetch2d(const CUtensorMap &map, int c0, int c1) {
-#ifdef DLLM_TMA_DEVICE
-  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];" ::"l"(
-                   reinterpret_cast<uint64_t>(&map)),
-               "r"(c0), "r"(c1)
-               : "memory");
-#endif
-}
 __device__ inline unsigned cluster_rank() {
   unsigned r = 0;
 #ifdef DLLM_TMA_DEVICE
@@ -1980,16 +1970,6 @@ struct PostMaps {
   CUtensorMap gu, x; // gate-up (2F, C) in (48, 64) boxes; the residual stream y (M, C)
   CUtensorMap dn, h; // down (C, F) in (128, 64) boxes; gate-up's outputs (M, F)
   CUtensorMap q;     // the next layer's folded QKV weight (Nq, C) in (80, 64) boxes (read with has_q)
-  CUtensorMap no, ngu, ndn; // the next layer's o, gu and dn (prefetched into L2 with has_q and ahead)
-};
-
-// PostAhead: how much of the next layer's weights each CTA asks L2 for
-// once this layer's last weights are in (DLLM_L2_AHEAD=o,gu,dn: the
-// output projection's chunks or none, gate-up's first gu and the down
-// projection's first dn chunks), so that they arrive while RoPE and the
-// attention leave the memory idle.
-struct PostAhead {
-  int o = 0, gu = 0, dn = 0;
 };
 
 // part_store writes the accumulator rows < M (warp w holds rows 16 w ..,
@@ -2278,22 +2258,6 @@ __global__ void __launch_bounds__(160, 1)
 #else
   __trap();
 #endif
-}
-// l2_ahead_kernel asks L2 for what CTA b of the next layer's tpost_kernel
-// will load first (PostAhead), from maps' next-layer maps: one CTA of one
-// thread for each of tpost_kernel's, as a graph node beside the attention
-// (dtk_graph_l2_ahead).
-__global__ void l2_ahead_kernel(const __grid_constant__ PostMaps maps, PostAhead ahead, int F, int C, int Ko) {
-  constexpr int NO = 64, NH = 48, ND = kPostND;
-  const int b = blockIdx.x;
-  const int CHo = Ko / 64 / kPostOS, no = b / kPostOS, ko0 = (b % kPostOS) * CHo * 64;
-  const int CHg = C / 64, j0 = b * NH;
-  const int CHd = F / 64 / kPostKS, nd = b / kPostKS, kd0 = (b % kPostKS) * CHd * 64;
-  if (ahead.o)
-    for (int i = 0; i < CHo; i++) tma_prefetch2d(maps.no, ko0 + 64 * i, no * NO);
-  for (int j = 0; j < min(ahead.gu, CHg); j++)
-    tma_prefetch2d(maps.ngu, 64 * j, j0), tma_prefetch2d(maps.ngu, 64 * j, F + j0);
-  for (int i = 0; i < min(ahead.dn, CHd); i++) tma_prefetch2d(maps.ndn, kd0 + 64 * i, nd * ND);
 }
 template <int ST, int XR = kTmaRows> constexpr size_t tpost_smem() {
   return 1024 + size_t(ST) * post_stage(XR) + (64 - XR) * 128 + XR * (96 + 8) * 4 + XR * 4 + 16 * ST;
@@ -2699,23 +2663,6 @@ int dtk_graph_fill_memsets(void *graph, int lift, int *replaced) {
   return cudaSuccess;
 }
 
-int dtk_l2_ahead(const void *wo, const void *wgu, const void *wdown, int64_t F, int64_t C, int64_t Ko, int o, int gu,
-                 int dn, void *stream) {
-#ifdef DLLM_SM90A
-  PostMaps maps;
-  if (!tmap2d(&maps.no, wo, C, Ko, 64) || !tmap2d(&maps.ngu, wgu, 2 * F, C, 48) ||
-      !tmap2d(&maps.ndn, wdown, C, F, kPostND))
-    return cudaErrorInvalidValue;
-  PostAhead ahead;
-  ahead.o = o, ahead.gu = gu, ahead.dn = dn;
-  l2_ahead_kernel<<<static_cast<unsigned>(F / 48), 1, 0, static_cast<cudaStream_t>(stream)>>>(
-      maps, ahead, static_cast<int>(F), static_cast<int>(C), static_cast<int>(Ko));
-  return cudaGetLastError();
-#else
-  return DTK_TMA_NO;
-#endif
-}
-
 int dtk_tma_linear(int dtype, const void *x, const void *w, const void *resid, void *out, int64_t M, int64_t N,
                    int64_t K, void *stream) {
   early_launch_init(static_cast<cudaStream_t>(stream));
@@ -2775,9 +2722,8 @@ int dtk_tma_gate_up_silu(int dtype, const void *x, const void *w, void *out, int
 }
 
 int dtk_tma_post(int dtype, void *y, const void *ao, const void *wo, int64_t Ko, const void *wgu, const void *wdown,
-                 const void *wqkv, int64_t Nq, void *qpart, const void *next_wo, const void *next_wgu,
-                 const void *next_wdown, void *scratch, void *sync, int64_t M, int64_t F, int64_t C, float eps,
-                 void *stream) {
+                 const void *wqkv, int64_t Nq, void *qpart, void *scratch, void *sync, int64_t M, int64_t F, int64_t C,
+                 float eps, void *stream) {
   early_launch_init(static_cast<cudaStream_t>(stream));
 #ifdef DLLM_SM90A
   // DLLM_POST_FUSED: 0 off, 1 the MLP only, 2 (default) with the output
@@ -2812,11 +2758,6 @@ int dtk_tma_post(int dtype, void *y, const void *ao, const void *wo, int64_t Ko,
     return cudaErrorInvalidValue;
   if (!has_o) maps.o = maps.ao = maps.x; // unread
   if (!wqkv) maps.q = maps.x;
-  maps.no = maps.ngu = maps.ndn = maps.x; // unread
-  if (wqkv && next_wo && next_wgu && next_wdown &&
-      ((has_o && !tmap2d(&maps.no, next_wo, C, Ko, 64)) || !tmap2d(&maps.ngu, next_wgu, 2 * F, C, 48) ||
-       !tmap2d(&maps.ndn, next_wdown, C, F, kPostND)))
-    return cudaErrorInvalidValue;
   // A fused commit's 64 rows: 8 stages (the output projection's 8 chunks a
   // CTA, fetched at once), as 10 of 24 KB do not fit.
   if (xr == 64)

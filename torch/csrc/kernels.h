@@ -163,11 +163,6 @@ int dtk_set_ids(int64_t *ids, int64_t *pos, const int64_t *host_ids, int64_t n, 
 // that it runs beside them (they then precede the memset's dependents
 // directly): only where what the memset writes is no memory they use.
 int dtk_graph_fill_memsets(void *graph, int lift, int *replaced);
-// dtk_l2_ahead asks L2 for the first chunks of a layer's weights that
-// dtk_tma_post's CTAs load (o: the output projection's, gu and dn: gate-up's
-// and the down projection's first chunks), to measure (DLLM_L2_AHEAD).
-int dtk_l2_ahead(const void *wo, const void *wgu, const void *wdown, int64_t F, int64_t C, int64_t Ko, int o, int gu,
-                 int dn, void *stream);
 
 // dtk_tma_linear is out (M, N) = resid + x (M, K) w (N, K)^T (resid may be
 // out, or NULL for none) through the Hopper GEMM for 1-32 rows (TMA copies,
@@ -192,9 +187,7 @@ int dtk_tma_gate_up_silu(int dtype, const void *x, const void *w, void *out, int
 // it then also writes that layer's QKV projection of the new y as
 // DTK_TMA_POST_QPARTS partial products over K to qpart (DTK_TMA_POST_QPARTS,
 // M, Nq) float32, 16-byte aligned, for dtk_rope_qkv (Nq / 80 * 4 == F /
-// 48; else DTK_TMA_NO); with it next_wo, next_wgu and next_wdown (that
-// layer's weights, shaped as wo, wgu and wdown, or null) are what
-// DLLM_L2_AHEAD asks L2 for at the end. scratch:
+// 48; else DTK_TMA_NO). scratch:
 // dtk_tma_post_scratch bytes, 16-byte aligned; sync: DTK_TMA_POST_SYNC
 // bytes, 8-byte aligned and zero before the first call, that no other
 // kernel uses while it runs (a count of barrier arrivals). The grid must
@@ -206,9 +199,8 @@ int dtk_tma_gate_up_silu(int dtype, const void *x, const void *w, void *out, int
 #define DTK_TMA_POST_SYNC 8
 #define DTK_TMA_POST_QPARTS 4
 int dtk_tma_post(int dtype, void *y, const void *ao, const void *wo, int64_t Ko, const void *wgu, const void *wdown,
-                 const void *wqkv, int64_t Nq, void *qpart, const void *next_wo, const void *next_wgu,
-                 const void *next_wdown, void *scratch, void *sync, int64_t M, int64_t F, int64_t C, float eps,
-                 void *stream);
+                 const void *wqkv, int64_t Nq, void *qpart, void *scratch, void *sync, int64_t M, int64_t F, int64_t C,
+                 float eps, void *stream);
 int64_t dtk_tma_post_scratch(int64_t M, int64_t F, int64_t C);
 
 #ifdef __cplusplus
