@@ -2001,8 +2001,7 @@ __device__ inline void part_store(const float (&d)[NJ][4], float *part, int M, i
 template <int ST, int XR = kTmaRows>
 __global__ void __launch_bounds__(160, 1)
     tpost_kernel(const __grid_constant__ PostMaps maps, bool has_o, __nv_bfloat16 *h, float *part, __nv_bfloat16 *y,
-                 unsigned long long *bar, int M, int F, int C, int Ko, float eps, float *qpart, int Nq,
-                 const __nv_bfloat16 *ao_lsu) {
+                 unsigned long long *bar, int M, int F, int C, int Ko, float eps, float *qpart, int Nq) {
 #ifdef DLLM_TMA_DEVICE
   using T = __nv_bfloat16;
   constexpr int NH = 48, NG = 2 * NH, NO = 64, ND = kPostND, kH = NH * 128, kW = kPostW, RS = NG + 8;
@@ -2049,7 +2048,7 @@ __global__ void __launch_bounds__(160, 1)
       if (c >= ST) mbar_wait(empty0 + 8 * (c % ST), (c / ST - 1) & 1);
     };
     auto o_w = [&](int i) {
-      mbar_expect(full(i), ao_lsu ? NO * 128 : kOBytes);
+      mbar_expect(full(i), kOBytes);
       tma_load2d(stage(i), maps.o, ko0 + 64 * i, no * NO, full(i));
     };
     auto gu_w = [&](int j) {
@@ -2080,8 +2079,7 @@ __global__ void __launch_bounds__(160, 1)
     }
     dep_wait();
     if (lane == 0) {
-      if (!ao_lsu)
-        for (int i = 0; i < CHo; i++) tma_load2d(stage(i) + kW, maps.ao, ko0 + 64 * i, 0, full(i));
+      for (int i = 0; i < CHo; i++) tma_load2d(stage(i) + kW, maps.ao, ko0 + 64 * i, 0, full(i));
       for (; g_issued < preg; g_issued++) wait_free(cg + g_issued), gu_w(g_issued);
     }
     __syncwarp();
@@ -2167,29 +2165,6 @@ __global__ void __launch_bounds__(160, 1)
 
   // 2. The output projection: y += ao Wo^T (its parts, a barrier, the sum).
   if (has_o) {
-    if (ao_lsu) {
-      // ao's boxes by the multipliers' own loads (not the copy engine's
-      // queue, behind the weights issued before the wait), written as the
-      // copy engine's 128-byte swizzle lays them out: row r's 16-byte unit
-      // u at u ^ (r % 8); rows past M zero.
-      constexpr int kU = XR * 8; // 16-byte units a box
-      uint4 v[(kU * 8 + 127) / 128];
-#pragma unroll
-      for (int q = 0; q < (kU * 8 + 127) / 128; q++) {
-        const int e = tid + 128 * q, i = e / kU, r = (e % kU) / 8, u = e % 8;
-        v[q] = make_uint4(0, 0, 0, 0);
-        if (i < CHo && r < M)
-          v[q] = __ldcg(reinterpret_cast<const uint4 *>(ao_lsu + size_t(r) * Ko + ko0 + 64 * i + 8 * u));
-      }
-#pragma unroll
-      for (int q = 0; q < (kU * 8 + 127) / 128; q++) {
-        const int e = tid + 128 * q, i = e / kU, r = (e % kU) / 8, u = e % 8;
-        if (i < CHo)
-          *reinterpret_cast<uint4 *>(smem + (i % ST) * kStage + kW + r * 128 + ((u ^ (r % 8)) << 4)) = v[q];
-      }
-      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-      asm volatile("bar.sync 5, 128;" ::: "memory");
-    }
     float d[NO / 8][4] = {};
     for (int i = 0; i < CHo; i++) {
       mma_chunk<NO>(d, i, ST, full0, stage(i), stage(i) + kW);
@@ -2359,7 +2334,7 @@ int tgemm_gu(const CUtensorMap &wm, const CUtensorMap &xm, __nv_bfloat16 *out, i
 // wait for ever).
 template <int ST, int XR = kTmaRows>
 int tpost(const PostMaps &maps, bool has_o, void *h, void *part, void *y, void *bar, int G, int64_t M, int64_t F,
-          int64_t C, int64_t Ko, float eps, float *qpart, int64_t Nq, const void *ao_lsu, cudaStream_t s) {
+          int64_t C, int64_t Ko, float eps, float *qpart, int64_t Nq, cudaStream_t s) {
   constexpr size_t smem = tpost_smem<ST, XR>();
   static const bool ok = [&] {
     int dev = 0, sms = 0, per = 0;
@@ -2374,8 +2349,7 @@ int tpost(const PostMaps &maps, bool has_o, void *h, void *part, void *y, void *
   return launch(tpost_kernel<ST, XR>, dim3(static_cast<unsigned>(G)), 160, smem, s, maps, has_o,
                 static_cast<__nv_bfloat16 *>(h), static_cast<float *>(part), static_cast<__nv_bfloat16 *>(y),
                 static_cast<unsigned long long *>(bar), static_cast<int>(M), static_cast<int>(F), static_cast<int>(C),
-                static_cast<int>(Ko), eps, qpart, static_cast<int>(Nq),
-                static_cast<const __nv_bfloat16 *>(ao_lsu));
+                static_cast<int>(Ko), eps, qpart, static_cast<int>(Nq));
 }
 
 // TmaStages is how many copy stages each TMA GEMM's ring holds: more
@@ -2784,20 +2758,13 @@ int dtk_tma_post(int dtype, void *y, const void *ao, const void *wo, int64_t Ko,
     return cudaErrorInvalidValue;
   if (!has_o) maps.o = maps.ao = maps.x; // unread
   if (!wqkv) maps.q = maps.x;
-  // DLLM_POST_AOLSU=1: the output projection's ao by the multipliers' loads
-  // instead of TMA copies (to measure).
-  static const bool aolsu = [] {
-    const char *e = std::getenv("DLLM_POST_AOLSU");
-    return e && std::string(e) == "1";
-  }();
-  const void *ao_lsu = has_o && aolsu && xr == kTmaRows && Ko / 64 / kPostOS <= 8 ? ao : nullptr;
   // A fused commit's 64 rows: 8 stages (the output projection's 8 chunks a
   // CTA, fetched at once), as 10 of 24 KB do not fit.
   if (xr == 64)
     return tpost<8, 64>(maps, has_o, h, part, y, sync, int(G), M, F, C, has_o ? Ko : 0, eps,
-                        wqkv ? static_cast<float *>(qpart) : nullptr, Nq, ao_lsu, static_cast<cudaStream_t>(stream));
+                        wqkv ? static_cast<float *>(qpart) : nullptr, Nq, static_cast<cudaStream_t>(stream));
   return tpost<10>(maps, has_o, h, part, y, sync, int(G), M, F, C, has_o ? Ko : 0, eps,
-                   wqkv ? static_cast<float *>(qpart) : nullptr, Nq, ao_lsu, static_cast<cudaStream_t>(stream));
+                   wqkv ? static_cast<float *>(qpart) : nullptr, Nq, static_cast<cudaStream_t>(stream));
 #else
   return DTK_TMA_NO;
 #endif
