@@ -13,6 +13,8 @@
 #include <cublas_v2.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <vector>
 
 using probe::rand_bf16;
 using probe::timed;
@@ -21,7 +23,9 @@ static const int R = probe::kCopies;
 int main() {
   const int C = 2048, F = 6144, H = 16, Hkv = 2, D = 128;
   struct Shape { const char *name; int n, k; };
-  Shape shapes[] = {{"qkv", (H + 2 * Hkv) * D, C}, {"o", C, H * D}, {"gate_up", 2 * F, C}, {"down", C, F}};
+  std::vector<Shape> shapes = {{"qkv", (H + 2 * Hkv) * D, C}, {"o", C, H * D}, {"gate_up", 2 * F, C}, {"down", C, F}};
+  // LT_HEAD=1: the head's matmul (130,560 x 2048) alone, the layer sums then meaningless.
+  if (std::getenv("LT_HEAD")) shapes = {{"head", 130560, C}};
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   cublasHandle_t bh;
