@@ -931,7 +931,6 @@ struct Decoder {
   int64_t sms = 0;          // the device's SMs (cudnn_bucket's one wave)
   bool fill_nodes = false;  // the cuDNN path's graphs get kernel nodes for their memset nodes (see capture)
   bool fill_lift = false;   // those kernel nodes run beside RoPE, not after it (see capture)
-  bool cudnn_pdl = false;   // with fill_lift: RoPE -> cuDNN's kernel a programmatic edge ($DLLM_CUDNN_PDL=1, to measure)
   bool fused_cudnn = false; // the cuDNN path takes forwards with causal rows too (attend_cudnn's own keys)
   at::Tensor own_k, own_v, own_pos; // for it: a forward's own keys and values (64, Hkv, D); 0, 1, ... 63
   bool own_fork = false;    // attend_cudnn's own-key attention on a stream of its own, beside cuDNN's call
@@ -1455,7 +1454,7 @@ struct Decoder {
 #ifdef DLLM_CUDNN_ATTN
       if (fill) {
         int n = 0;
-        check_launch(dtk_graph_fill_memsets(g->raw_cuda_graph(), fill_lift ? (cudnn_pdl ? 3 : 1) : 0, &n), "graph memset nodes");
+        check_launch(dtk_graph_fill_memsets(g->raw_cuda_graph(), fill_lift ? 1 : 0, &n), "graph memset nodes");
         g->instantiate();
         if (std::getenv("DLLM_CAPTURE_LOG"))
           std::fprintf(stderr, "dllm: %d memset nodes of the graph for %lld tokens at %lld made kernel nodes\n", n,
@@ -1834,8 +1833,6 @@ dt_err dt_decoder_new(dt_tensor embed, dt_tensor norm, dt_tensor head, const dt_
     // DLLM_FILL_LIFT=0 keeps those kernel nodes after RoPE (to measure).
     const char *fl = std::getenv("DLLM_FILL_LIFT");
     d->fill_lift = !(fl && std::string(fl) == "0");
-    const char *cp = std::getenv("DLLM_CUDNN_PDL");
-    d->cudnn_pdl = cp && std::string(cp) == "1";
     // DLLM_FUSED_CUDNN=0 keeps forwards with causal rows (a fused commit)
     // on the shim's attention (to measure).
     const char *fc = std::getenv("DLLM_FUSED_CUDNN");

@@ -60,10 +60,6 @@ __device__ inline void dep_launch() {
 // docs/performance.md). DLLM_EARLY_LAUNCH=0 keeps both after the wait (to
 // measure; 1 or 2 one of them).
 __constant__ int g_early_launch;
-// g_rope_spin ($DLLM_ROPE_SPIN, ns; a check, not a setting): RoPE's CTAs
-// wait this long after letting the next kernel launch and before their
-// stores, so that a kernel after it that does not wait reads stale values.
-__constant__ unsigned g_rope_spin;
 __device__ inline void dep_wait_launch(int bit) {
   if (g_early_launch & bit) {
     dep_launch();
@@ -104,11 +100,7 @@ void early_launch_init(cudaStream_t s) {
   if (done.load() || cudaStreamIsCapturing(s, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone) return;
   const char *e = std::getenv("DLLM_EARLY_LAUNCH");
   int v = e && *e ? std::atoi(e) : 3;
-  const char *sp = std::getenv("DLLM_ROPE_SPIN");
-  unsigned spin = sp && *sp ? unsigned(std::atoll(sp)) : 0u;
-  if (cudaMemcpyToSymbol(g_early_launch, &v, sizeof v) == cudaSuccess &&
-      cudaMemcpyToSymbol(g_rope_spin, &spin, sizeof spin) == cudaSuccess)
-    done.store(true);
+  if (cudaMemcpyToSymbol(g_early_launch, &v, sizeof v) == cudaSuccess) done.store(true);
 }
 
 // launch_in runs kernel over grid x block with smem bytes of dynamic shared
@@ -283,11 +275,6 @@ __global__ void rope_qkv_kernel(const T *qkv, const T *cos, const T *sin, const 
   }
   dep_wait();
   dep_launch();
-  if (g_rope_spin) {
-    const unsigned long long t0 = stamp_now();
-    while (stamp_now() - t0 < g_rope_spin) {
-    }
-  }
   // The projection's two values this thread takes, loaded before x's sum
   // of squares so that the loads overlap. From parts: their sum in order,
   // rounded, as the split-K GEMM's cluster sums them.
@@ -631,9 +618,6 @@ __global__ void commit_top_kernel(const int64_t *from, int64_t *to, int64_t *pos
 // scheduling.
 
 constexpr int kPickThreads = 256, kPickSlice = 16384; // columns per block at most
-// A slice's 16-byte chunks a thread holds in registers (16k bf16 columns
-// over 256 threads); wider slices (float32) take the two-pass loop.
-constexpr int kPickRegChunks = 8;
 
 // Part is one slice's (max, sum of exp(x - max), first index of the max).
 struct Part {
@@ -684,45 +668,15 @@ __global__ void pick_part_kernel(const T *first, const T *logits, int64_t V, int
   };
   float m = -INFINITY;
   long long a = -1;
+  each([&](float x, int64_t j) {
+    if (x > m && j != mask) m = x, a = j; // increasing j per thread: the first of equals stays
+  });
+  block_max(m, a);
   float s = 0;
-  const int64_t c0 = j0 / E + threadIdx.x, c1 = j1 / E;
-  if (vec && c1 - j0 / E <= int64_t(kPickRegChunks) * blockDim.x) {
-    // The thread's chunks loaded at once and kept in registers: one trip
-    // to memory instead of a chain of loads a pass; the same values in the
-    // same order as each below, so the same bits.
-    uint4 v[kPickRegChunks];
-#pragma unroll
-    for (int k = 0; k < kPickRegChunks; k++)
-      if (c0 + int64_t(k) * blockDim.x < c1) v[k] = reinterpret_cast<const uint4 *>(row)[c0 + int64_t(k) * blockDim.x];
-#pragma unroll
-    for (int k = 0; k < kPickRegChunks; k++) {
-      const int64_t c = c0 + int64_t(k) * blockDim.x;
-      const T *e = reinterpret_cast<const T *>(&v[k]);
-#pragma unroll
-      for (int i = 0; i < E; i++)
-        if (c < c1 && f32(e[i]) > m && c * E + i != mask) m = f32(e[i]), a = c * E + i;
-    }
-    block_max(m, a);
-    if (a >= 0) {
-#pragma unroll
-      for (int k = 0; k < kPickRegChunks; k++) {
-        const int64_t c = c0 + int64_t(k) * blockDim.x;
-        const T *e = reinterpret_cast<const T *>(&v[k]);
-#pragma unroll
-        for (int i = 0; i < E; i++)
-          if (c < c1 && c * E + i != mask) s += __expf(f32(e[i]) - m);
-      }
-    }
-  } else {
+  if (a >= 0) {
     each([&](float x, int64_t j) {
-      if (x > m && j != mask) m = x, a = j; // increasing j per thread: the first of equals stays
+      if (j != mask) s += __expf(x - m); // exp(-inf) = 0
     });
-    block_max(m, a);
-    if (a >= 0) {
-      each([&](float x, int64_t j) {
-        if (j != mask) s += __expf(x - m); // exp(-inf) = 0
-      });
-    }
   }
   s = block_sum(s);
   if (threadIdx.x == 0) parts[int64_t(blockIdx.x) * gridDim.y + blockIdx.y] = Part{m, s, a};
@@ -2690,12 +2644,7 @@ int dtk_graph_fill_memsets(void *graph, int lift, int *replaced) {
     for (auto o : out) {
       for (auto i : up ? in : std::vector<cudaGraphNode_t>{}) {
 #if CUDART_VERSION >= 13000
-        // lift bit 2: RoPE -> cuDNN's kernel programmatic, so that kernel
-        // launches while RoPE runs (right only if it waits: a measurement).
-        cudaGraphEdgeData pe = {};
-        pe.from_port = cudaGraphKernelNodePortProgrammatic;
-        pe.type = cudaGraphDependencyTypeProgrammatic;
-        e = cudaGraphAddDependencies(g, &i, &o, (lift & 2) ? &pe : nullptr, 1);
+        e = cudaGraphAddDependencies(g, &i, &o, nullptr, 1);
 #else
         e = cudaGraphAddDependencies(g, &i, &o, 1);
 #endif
