@@ -617,7 +617,7 @@ __global__ void commit_top_kernel(const int64_t *from, int64_t *to, int64_t *pos
 // kernel merges a row's slices in order, so the result does not depend on
 // scheduling.
 
-constexpr int kPickThreads = 256, kPickSlice = 4096; // columns per block at most
+constexpr int kPickThreads = 256, kPickSlice = 16384; // columns per block at most
 
 // Part is one slice's (max, sum of exp(x - max), first index of the max).
 struct Part {
@@ -682,35 +682,27 @@ __global__ void pick_part_kernel(const T *first, const T *logits, int64_t V, int
   if (threadIdx.x == 0) parts[int64_t(blockIdx.x) * gridDim.y + blockIdx.y] = Part{m, s, a};
 }
 
-// pick_combine is the merge of two slices' parts: the larger maximum, the
-// sum of exp(x - max) over both, and on equal maxima the first index (a
-// row's first argmax, whatever order the parts are combined in).
-__device__ inline Part pick_combine(const Part &x, const Part &y) {
-  if (y.a < 0) return x;
-  if (x.a < 0) return y;
-  if (y.m > x.m) return Part{y.m, x.s * __expf(x.m - y.m) + y.s, y.a};
-  if (y.m < x.m) return Part{x.m, x.s + y.s * __expf(y.m - x.m), x.a};
-  return Part{x.m, x.s + y.s, x.a < y.a ? x.a : y.a};
-}
-
-// A warp per row merges its slices: lane l those l, l + 32, ..., then the
-// lanes in a tree; p = 1 / sum exp(x - max).
+// One thread per row merges its slices in order: p = 1 / sum exp(x - max).
 __global__ void pick_merge_kernel(const Part *parts, int64_t n, int slices, double *out) {
   dep_wait();
   dep_launch();
-  const int64_t r = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
+  int64_t r = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (r >= n) return;
-  Part acc{-INFINITY, 0.0f, -1};
-  for (int k = lane; k < slices; k += 32) acc = pick_combine(acc, parts[r * slices + k]);
-  for (int o = 1; o < 32; o <<= 1) {
-    Part y{__shfl_xor_sync(0xffffffff, acc.m, o), __shfl_xor_sync(0xffffffff, acc.s, o),
-           __shfl_xor_sync(0xffffffff, acc.a, o)};
-    acc = (lane & o) ? pick_combine(y, acc) : pick_combine(acc, y);
+  float m = -INFINITY, s = 0;
+  long long a = -1;
+  for (int k = 0; k < slices; k++) {
+    Part p = parts[r * slices + k];
+    if (p.a < 0) continue;
+    if (a < 0) {
+      m = p.m, s = p.s, a = p.a;
+    } else if (p.m > m) {
+      s = s * __expf(m - p.m) + p.s, m = p.m, a = p.a;
+    } else {
+      s += p.s * __expf(p.m - m); // equal maxima: the earlier slice's index stays
+    }
   }
-  if (lane != 0) return;
-  out[r] = acc.a < 0 ? 0.0 : 1.0 / acc.s;
-  out[n + r] = static_cast<double>(acc.a);
+  out[r] = a < 0 ? 0.0 : 1.0 / s;
+  out[n + r] = static_cast<double>(a);
   if (g_stamp && r == 0) g_stamp[0] = stamp_now();
 }
 
@@ -728,7 +720,7 @@ int pick_greedy(const void *first, const void *logits, int64_t n, int64_t V, int
                          kPickThreads, 0, s, static_cast<const T *>(first), static_cast<const T *>(logits), V, slice,
                          mask, vec, parts);
   if (e != cudaSuccess) return e;
-  return launch(pick_merge_kernel, static_cast<unsigned>((n + 3) / 4), 128, 0, s, parts, n,
+  return launch(pick_merge_kernel, static_cast<unsigned>((n + 127) / 128), 128, 0, s, parts, n,
                 static_cast<int>(slices), out);
 }
 
