@@ -4,7 +4,8 @@
 // CUDA graph cycling over 12 copies of the weight so the H200's 50 MB L2
 // cannot serve repeated reads (as scripts/gpu_gemm_probe.py). The question
 // it answers: does a per-shape algorithm choice beat cuBLAS's default at
-// 1-64 rows, and by how much a layer. docs/performance.md has the figures.
+// 1-64 rows, and by how much a layer. LT_HEAD=1 times the head's matmul
+// (130,560 x 2048) instead. docs/performance.md has the figures.
 //
 //     NV=$(python3 -c 'import torch,os;print(os.path.dirname(os.path.dirname(torch.__file__)))')/nvidia/cu13/lib
 //     nvcc -O2 -std=c++17 -arch=sm_90 -o /tmp/p scripts/gemm_lt_probe.cu -L$NV \
@@ -24,8 +25,8 @@ int main() {
   const int C = 2048, F = 6144, H = 16, Hkv = 2, D = 128;
   struct Shape { const char *name; int n, k; };
   std::vector<Shape> shapes = {{"qkv", (H + 2 * Hkv) * D, C}, {"o", C, H * D}, {"gate_up", 2 * F, C}, {"down", C, F}};
-  // LT_HEAD=1: the head's matmul (130,560 x 2048) alone, the layer sums then meaningless.
-  if (std::getenv("LT_HEAD")) shapes = {{"head", 130560, C}};
+  const bool head = std::getenv("LT_HEAD") != nullptr;
+  if (head) shapes = {{"head", 130560, C}};
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   cublasHandle_t bh;
@@ -112,7 +113,7 @@ int main() {
     }
     for (auto w : W) cudaFree(w);
   }
-  for (int mi = 0; mi < 3; mi++)
+  for (int mi = 0; mi < 3 && !head; mi++)
     std::printf("M=%2d per layer: default %.1f us, best cuBLASLt %.1f us (x42: %.2f -> %.2f ms)\n", Ms[mi], tot_def[mi],
                 tot_best[mi], tot_def[mi] * 42e-3, tot_best[mi] * 42e-3);
   return 0;
