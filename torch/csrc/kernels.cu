@@ -2663,6 +2663,74 @@ int dtk_graph_fill_memsets(void *graph, int lift, int *replaced) {
   return cudaSuccess;
 }
 
+#if CUDART_VERSION >= 13000
+// is_merge says whether f is one of the cuDNN path's merge kernels.
+static bool is_merge(const void *f) {
+  for (const void *r : {reinterpret_cast<const void *>(attn_merge_lse_warp_kernel<__nv_bfloat16>),
+                        reinterpret_cast<const void *>(attn_merge_lse_warp_kernel<__half>),
+                        reinterpret_cast<const void *>(attn_merge_lse_kernel<__nv_bfloat16>),
+                        reinterpret_cast<const void *>(attn_merge_lse_kernel<__half>)})
+    if (f == r) return true;
+  return false;
+}
+#endif
+
+int dtk_graph_merge_early(void *graph, int *changed) {
+  *changed = 0;
+#if CUDART_VERSION >= 13000
+  auto g = static_cast<cudaGraph_t>(graph);
+  size_t n = 0;
+  cudaError_t e = cudaGraphGetNodes(g, nullptr, &n);
+  if (e != cudaSuccess) return e;
+  std::vector<cudaGraphNode_t> nodes(n);
+  if ((e = cudaGraphGetNodes(g, nodes.data(), &n)) != cudaSuccess) return e;
+  // kernel_of is a kernel node's function: null for another node, and
+  // foreign for a kernel the runtime does not know (cuDNN's are launched
+  // through the driver: the query fails, and its error is taken back so
+  // that libtorch's next check does not report it).
+  static const char foreign_tag = 0;
+  const void *foreign = &foreign_tag;
+  auto kernel_of = [&](cudaGraphNode_t node) -> const void * {
+    cudaGraphNodeType t;
+    cudaKernelNodeParams p = {};
+    if (cudaGraphNodeGetType(node, &t) != cudaSuccess || t != cudaGraphNodeTypeKernel) return nullptr;
+    if (cudaGraphKernelNodeGetParams(node, &p) != cudaSuccess) {
+      cudaGetLastError();
+      return foreign;
+    }
+    return p.func;
+  };
+  for (auto node : nodes) {
+    const void *f = kernel_of(node);
+    if (!f || f == foreign || !is_merge(f)) continue;
+    size_t m = 0;
+    if ((e = cudaGraphNodeGetDependencies(node, nullptr, nullptr, &m)) != cudaSuccess) return e;
+    std::vector<cudaGraphNode_t> in(m);
+    std::vector<cudaGraphEdgeData> data(m);
+    if ((e = cudaGraphNodeGetDependencies(node, in.data(), data.data(), &m)) != cudaSuccess) return e;
+    // 1. Only a merge whose one dependency is cuDNN's kernel (a kernel
+    //    node of no function of ours); one that also waits for a fused
+    //    commit's own-key attention on a forked stream keeps its edges.
+    const void *uf = m == 1 ? kernel_of(in[0]) : nullptr;
+    if (!uf || is_merge(uf) || is_rope(uf) || uf == reinterpret_cast<const void *>(fill_kernel)) continue;
+    // 2. That edge from the kernel's launch-completion port: the merge
+    //    launches once all of cuDNN's CTAs have begun, and its
+    //    griddepcontrol.wait (first thing it does) still holds it until
+    //    cuDNN's kernel is complete and its writes visible.
+    cudaGraphEdgeData pe = {};
+    pe.from_port = cudaGraphKernelNodePortLaunchCompletion;
+    pe.type = cudaGraphDependencyTypeProgrammatic;
+    if ((e = cudaGraphRemoveDependencies(g, &in[0], &node, &data[0], 1)) != cudaSuccess ||
+        (e = cudaGraphAddDependencies(g, &in[0], &node, &pe, 1)) != cudaSuccess)
+      return e;
+    ++*changed;
+  }
+#else
+  (void)graph;
+#endif
+  return cudaSuccess;
+}
+
 int dtk_tma_linear(int dtype, const void *x, const void *w, const void *resid, void *out, int64_t M, int64_t N,
                    int64_t K, void *stream) {
   early_launch_init(static_cast<cudaStream_t>(stream));
