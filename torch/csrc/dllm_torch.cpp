@@ -931,7 +931,6 @@ struct Decoder {
   int64_t sms = 0;          // the device's SMs (cudnn_bucket's one wave)
   bool fill_nodes = false;  // the cuDNN path's graphs get kernel nodes for their memset nodes (see capture)
   bool fill_lift = false;   // those kernel nodes run beside RoPE, not after it (see capture)
-  bool merge_early = false; // the merge launches while cuDNN's kernel runs (dtk_graph_merge_early)
   bool fused_cudnn = false; // the cuDNN path takes forwards with causal rows too (attend_cudnn's own keys)
   at::Tensor own_k, own_v, own_pos; // for it: a forward's own keys and values (64, Hkv, D); 0, 1, ... 63
   bool own_fork = false;    // attend_cudnn's own-key attention on a stream of its own, beside cuDNN's call
@@ -1456,12 +1455,10 @@ struct Decoder {
       if (fill) {
         int n = 0;
         check_launch(dtk_graph_fill_memsets(g->raw_cuda_graph(), fill_lift ? 1 : 0, &n), "graph memset nodes");
-        int early = 0;
-        if (merge_early) check_launch(dtk_graph_merge_early(g->raw_cuda_graph(), &early), "graph merge edges");
         g->instantiate();
         if (std::getenv("DLLM_CAPTURE_LOG"))
-          std::fprintf(stderr, "dllm: %d memset nodes of the graph for %lld tokens at %lld made kernel nodes, %d merge edges early\n", n,
-                       static_cast<long long>(Tn), static_cast<long long>(end), early);
+          std::fprintf(stderr, "dllm: %d memset nodes of the graph for %lld tokens at %lld made kernel nodes\n", n,
+                       static_cast<long long>(Tn), static_cast<long long>(end));
       }
 #endif
       if (pool.first == 0 && pool.second == 0) pool = g->pool();
@@ -1836,9 +1833,6 @@ dt_err dt_decoder_new(dt_tensor embed, dt_tensor norm, dt_tensor head, const dt_
     // DLLM_FILL_LIFT=0 keeps those kernel nodes after RoPE (to measure).
     const char *fl = std::getenv("DLLM_FILL_LIFT");
     d->fill_lift = !(fl && std::string(fl) == "0");
-    // DLLM_MERGE_EARLY=1: the merge on cuDNN's launch-completion port (to measure).
-    const char *me = std::getenv("DLLM_MERGE_EARLY");
-    d->merge_early = me && std::string(me) == "1";
     // DLLM_FUSED_CUDNN=0 keeps forwards with causal rows (a fused commit)
     // on the shim's attention (to measure).
     const char *fc = std::getenv("DLLM_FUSED_CUDNN");

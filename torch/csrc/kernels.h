@@ -164,13 +164,6 @@ int dtk_set_ids(int64_t *ids, int64_t *pos, const int64_t *host_ids, int64_t n, 
 // directly): only where what the memset writes is no memory they use.
 int dtk_graph_fill_memsets(void *graph, int lift, int *replaced);
 
-// dtk_graph_merge_early puts the edge into each cuDNN-path merge kernel
-// from cuDNN's kernel on that kernel's launch-completion port, as a
-// programmatic edge (CUDA 13 runtimes; elsewhere it changes nothing): the
-// merge launches while cuDNN's kernel runs and waits for it inside.
-// changed counts the edges.
-int dtk_graph_merge_early(void *graph, int *changed);
-
 // dtk_tma_linear is out (M, N) = resid + x (M, K) w (N, K)^T (resid may be
 // out, or NULL for none) through the Hopper GEMM for 1-32 rows (TMA copies,
 // wgmma, PDL: it fetches weights while the kernel before runs); bf16, K a
