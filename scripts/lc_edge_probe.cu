@@ -5,11 +5,10 @@
 // the generation A writes. Per edge kind (default, launch completion):
 // B's reads that missed A's writes (must be 0), and %globaltimer medians
 // of B's first entry and of its last CTA past the wait, from A's last
-// store. Usage: nvcc -arch=sm_90a -o /tmp/p scripts/lc_edge_probe.cu && /tmp/p
-#include <algorithm>
-#include <cstdio>
-#include <vector>
-#include <cuda_runtime.h>
+// store. Usage: PROBES=lc_edge_probe.cu scripts/gpu-speed.sh (it builds
+// the probe with nvcc against the wheel's cuBLAS, which gpu_probe.cuh, the
+// probes' shared error check, includes).
+#include "gpu_probe.cuh"
 
 __device__ unsigned long long now() {
   unsigned long long t;
@@ -43,15 +42,6 @@ __global__ void c_kernel(int *gen, unsigned long long *stamps, unsigned long lon
   log[3 * it] = stamps[0], log[3 * it + 1] = stamps[1], log[3 * it + 2] = stamps[2];
   stamps[0] = 0, stamps[1] = ~0ull, stamps[2] = 0;
 }
-
-#define CK(x)                                                                                    \
-  do {                                                                                           \
-    cudaError_t e_ = (x);                                                                        \
-    if (e_ != cudaSuccess) {                                                                     \
-      std::printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));             \
-      return 1;                                                                                  \
-    }                                                                                            \
-  } while (0)
 
 int main() {
   const int nA = 48, nB = 128, threads = 128, n = nA * threads, iters = 400;
