@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nikolalohinski/gonja/v2/builtins"
@@ -84,15 +86,7 @@ func newChatTemplates(sources map[string]string) (*chatTemplates, error) {
 	cfg.TrimBlocks = true
 	cfg.LeftStripBlocks = true
 	for name, src := range sources {
-		loader, err := loaders.NewFileSystemLoader("")
-		if err != nil {
-			return nil, fmt.Errorf("chat template %q: %w", name, err)
-		}
-		shifted, err := loaders.NewShiftedLoader(name, strings.NewReader(src), loader)
-		if err != nil {
-			return nil, fmt.Errorf("chat template %q: %w", name, err)
-		}
-		tpl, err := parseTemplate(name, cfg, shifted)
+		tpl, err := parseTemplate(name, cfg, &noFiles{name: name, src: src})
 		if err != nil {
 			// gonja wraps the parser error in a message quoting the whole
 			// template; the inner error has the position.
@@ -105,6 +99,41 @@ func newChatTemplates(sources map[string]string) (*chatTemplates, error) {
 		c.parsed[name] = tpl
 	}
 	return c, nil
+}
+
+// errTemplateFiles is what include, import, from and extends meet.
+var errTemplateFiles = errors.New("chat templates cannot include, import or extend other templates or files")
+
+// noFiles is the only loader a chat template gets: it hands gonja the
+// template's own source once, to parse it, and refuses every other name.
+// A chat template comes with a downloaded checkpoint and its variables come
+// from requests (chat_template_kwargs), so a file loader would let either
+// read any file the server can (`{% include '/etc/passwd' %}`). The
+// templates HF checkpoints ship are single files, as transformers renders
+// them, so nothing real needs one.
+type noFiles struct {
+	name string
+	src  string
+	read atomic.Bool
+}
+
+// Read returns the template's source the first time it is asked for: gonja
+// reads the root template through its loader once, while parsing.
+func (l *noFiles) Read(name string) (io.Reader, error) {
+	if name == l.name && l.read.CompareAndSwap(false, true) {
+		return strings.NewReader(l.src), nil
+	}
+	return nil, fmt.Errorf("%q: %w", name, errTemplateFiles)
+}
+
+// Resolve refuses every name: include and import resolve theirs first.
+func (l *noFiles) Resolve(name string) (string, error) {
+	return "", fmt.Errorf("%q: %w", name, errTemplateFiles)
+}
+
+// Inherit refuses too: it is how an included template would get a loader.
+func (l *noFiles) Inherit(name string) (loaders.Loader, error) {
+	return nil, fmt.Errorf("%q: %w", name, errTemplateFiles)
 }
 
 // parseTemplate is exec.NewTemplate with its panics (gonja has a few on

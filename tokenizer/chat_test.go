@@ -207,3 +207,47 @@ func mustRead(tb testing.TB, path string) []byte {
 	}
 	return data
 }
+
+// TestChatTemplateReadsNoFiles: neither a checkpoint's template nor a
+// request's chat_template_kwargs can make rendering read a file. The
+// secret sits in a real file that a file-system loader would find by its
+// absolute path, by a path relative to the working directory, and by the
+// template's own name.
+func TestChatTemplateReadsNoFiles(t *testing.T) {
+	dir := t.TempDir()
+	secret := filepath.Join(dir, "secret.txt")
+	writeFile(t, secret, []byte("TOP-SECRET"))
+	tokJSON := mustRead(t, filepath.Join(tinyDir, TokenizerFile))
+	t.Chdir(dir)
+	user := json.RawMessage(`[{"role":"user","content":"hi"}]`)
+	cases := []struct {
+		name   string
+		src    string
+		kwargs map[string]any
+	}{
+		{"include absolute", "{% include '" + secret + "' %}", nil},
+		{"include relative", "{% include 'secret.txt' %}", nil},
+		{"include from kwargs", "{% include inc %}", map[string]any{"inc": secret}},
+		{"include ignore missing", "{% include inc ignore missing %}", map[string]any{"inc": secret}},
+		{"include list", "{% include [inc, 'x'] %}", map[string]any{"inc": secret}},
+		{"import", "{% import '" + secret + "' as s %}{{ s }}", nil},
+		{"from import", "{% from inc import x %}{{ x }}", map[string]any{"inc": secret}},
+		{"extends", "{% extends '" + secret + "' %}", nil},
+		{"extends from kwargs", "{% extends inc %}", map[string]any{"inc": secret}},
+		{"include itself", "{% include 'default' %}", nil},
+		{"extends itself", "{% extends 'default' %}", nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			tok, err := Parse(tokJSON, nil, c.src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := tok.ApplyChatTemplate(ChatRequest{Messages: user, Kwargs: c.kwargs})
+			t.Logf("%q, %v", got, err)
+			if strings.Contains(got, "TOP-SECRET") || (err != nil && strings.Contains(err.Error(), "TOP-SECRET")) {
+				t.Fatalf("the template read the file: %q, %v", got, err)
+			}
+		})
+	}
+}

@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"encoding/json"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -47,9 +48,12 @@ func FuzzChatMessages(f *testing.F) {
 
 // FuzzChatTemplate parses and renders arbitrary template sources (a
 // checkpoint's chat_template.jinja is input too): a template gonja cannot
-// handle is an error when rendering, never a panic at load or render time.
+// handle is an error when rendering, never a panic at load or render time,
+// and no template reads a file.
 func FuzzChatTemplate(f *testing.F) {
 	base := load(f, tinyDir)
+	secretFile, secretText := filepath.Join(f.TempDir(), "secret"), "FILE-CONTENT"
+	writeFile(f, secretFile, []byte(secretText))
 	f.Add(base.chat.source[defaultTemplate], []byte(chatFuzzMessages[1]))
 	for _, src := range []string{
 		"{{ messages[0].content }}",
@@ -58,6 +62,8 @@ func FuzzChatTemplate(f *testing.F) {
 		"{{ raise_exception('no') }}", "{{ strftime_now('%Y-%m-%d') }}", "{% if %}", "{{", "{% for %}{% endfor %}",
 		"{{ messages[::-1][0]['content'].split('</think>')[-1].lstrip('\\n') }}",
 		"{% macro m(x) %}{{ x }}{% endmacro %}{{ m(1) }}", "{{ 1/0 }}", "{{ none.x }}", "{{ [1,2][5] }}",
+		"{% include '" + secretFile + "' %}", "{% import '" + secretFile + "' as s %}", "{% extends '" + secretFile + "' %}",
+		"{% include 'default' %}", "{% extends 'default' %}{% block b %}{% endblock %}",
 	} {
 		f.Add(src, []byte(chatFuzzMessages[0]))
 	}
@@ -67,7 +73,10 @@ func FuzzChatTemplate(f *testing.F) {
 		if tok.chat, err = newChatTemplates(map[string]string{defaultTemplate: src}); err != nil {
 			return
 		}
-		tok.ApplyChatTemplate(ChatRequest{Messages: messages, AddGenerationPrompt: true})
+		out, _ := tok.ApplyChatTemplate(ChatRequest{Messages: messages, AddGenerationPrompt: true})
+		if strings.Contains(out, secretText) {
+			t.Fatalf("template %q read %s", src, secretFile)
+		}
 	})
 }
 
