@@ -30,6 +30,9 @@ type Checked struct {
 	StopIDs []int64
 }
 
+// probeChat is the conversation Check renders through the chat template.
+var probeChat = json.RawMessage(`[{"role":"user","content":"Hello"}]`)
+
 // Check reads and validates a dllm model directory without loading weights.
 func Check(dir string) (*Checked, error) {
 	info, err := os.Stat(dir)
@@ -65,6 +68,11 @@ func Check(dir string) (*Checked, error) {
 	}
 	if !tok.HasChatTemplate() {
 		return nil, fmt.Errorf("%s: the tokenizer has no chat template (chat_template.jinja or tokenizer_config.json's chat_template)", dir)
+	}
+	// A template that cannot render the plainest conversation would fail
+	// every chat request with a 400 while /health said all was well.
+	if _, err := tok.ApplyChatTemplate(tokenizer.ChatRequest{Messages: probeChat, AddGenerationPrompt: true}); err != nil {
+		return nil, fmt.Errorf("%s: the chat template cannot render a one-message conversation: %w", dir, err)
 	}
 	c := &Checked{Dir: dir, Config: cfg, Settings: settings, Tokenizer: tok}
 	ids := append([]int(nil), cfg.EOSTokenIDs...)
