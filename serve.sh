@@ -4,7 +4,8 @@
 #   ./serve.sh [--model DIR] [--host HOST] [--port PORT] [--device auto|cpu|cuda] [dllm serve options...]
 #
 # Environment: DLLM_MODEL, HOST, PORT, DLLM_DEVICE (same as the flags; flags
-# win), DLLM_HOME (default ~/.cache/dllm). Without a model it serves, in this
+# win), DLLM_HOME (default ~/.cache/dllm), DLLM_API_KEY (the key clients
+# must send; or pass --api-key-file FILE). Without a model it serves, in this
 # order: models/default in this repository, $DLLM_HOME/default, else the
 # built-in demo model: models/demo (a small diffusion model trained on
 # arithmetic drills, docs/proxy.md), or without it the tiny random test model
@@ -155,19 +156,7 @@ if [ "$DEMO" = yes ]; then
 fi
 
 # --- run ---------------------------------------------------------------------
-case "$HOST" in 0.0.0.0 | :: | '') PROBE=127.0.0.1 SHOW=localhost ;; *) PROBE=$HOST SHOW=$HOST ;; esac
-case "$PROBE" in *:*) PROBE="[$PROBE]" SHOW="[$SHOW]" ;; esac
-if command -v curl >/dev/null; then
-	# Announce readiness; $$ is this shell, which exec turns into the server,
-	# so the watcher ends with it.
-	(
-		while kill -0 $$ 2>/dev/null; do
-			if curl -sf --noproxy '*' -o /dev/null "http://$PROBE:$PORT/health"; then
-				say "ready: http://$SHOW:$PORT/v1 (model $MODEL)"
-				exit 0
-			fi
-			sleep 0.5
-		done
-	) &
-fi
+# exec: signals reach the server and its exit status is the script's. The
+# server itself logs "ready" with its URL once the model is loaded; a check
+# from here could not tell it from another program answering on the port.
 exec "$BIN" serve --model "$MODEL" --host "$HOST" --port "$PORT" --device "$DEVICE" ${PASS[@]+"${PASS[@]}"}

@@ -14,15 +14,21 @@ import (
 
 // TestE2E starts `dllm serve` on the tiny random test model and runs
 // test/e2e/serve.test.mjs with the official openai npm client against it
-// (the protocol: that model's text is gibberish), then stops the server
+// (the protocol: that model's text is gibberish) with an API key, then stops the server
 // with SIGTERM and expects exit status 0. It needs node (npm installs the
 // client when test/e2e/node_modules is missing) and the libtorch shim; it
 // is skipped with -short.
 func TestE2E(t *testing.T) {
 	nodeTest := needNode(t)
 	bin := needBinary(t)
-	p := startServer(t, bin, tinyModelDir(t, bin), "--served-model-name", "tiny-e2e", "--max-queue", "4")
-	nodeTest(p, "serve.test.mjs", "tiny-e2e")
+	// With an API key, from a file as a deployment would keep it.
+	const key = "sk-e2e-key"
+	keyFile := filepath.Join(t.TempDir(), "key")
+	if err := os.WriteFile(keyFile, []byte(key+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := startServer(t, bin, tinyModelDir(t, bin), "--served-model-name", "tiny-e2e", "--max-queue", "4", "--api-key-file", keyFile)
+	nodeTest(p, "serve.test.mjs", "tiny-e2e", "DLLM_API_KEY="+key)
 
 	// The server survived everything the client did, and stops cleanly.
 	resp, err := http.Get(p.url + "/health")
@@ -33,7 +39,7 @@ func TestE2E(t *testing.T) {
 	if err, _ := p.stop(t, 20*time.Second); err != nil {
 		t.Fatalf("server exit after SIGTERM: %v\n%s", err, p.log())
 	}
-	for _, want := range []string{"status=499", "status=400", "status=404", "msg=stopped"} {
+	for _, want := range []string{"status=499", "status=400", "status=401", "status=404", "msg=stopped"} {
 		if !strings.Contains(p.log(), want) {
 			t.Errorf("server log lacks %q:\n%s", want, p.log())
 		}
@@ -55,7 +61,7 @@ func TestE2EDemo(t *testing.T) {
 // needNode skips the test without a node new enough for the openai client
 // and returns a function that runs one of test/e2e's files against a
 // server (installing the client first when test/e2e/node_modules lacks it).
-func needNode(t *testing.T) func(p *serverProc, file, model string) {
+func needNode(t *testing.T) func(p *serverProc, file, model string, env ...string) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("-short")
@@ -76,14 +82,14 @@ func needNode(t *testing.T) func(p *serverProc, file, model string) {
 	t.Cleanup(cancel)
 	npmInstall := make(chan error, 1)
 	go func() { npmInstall <- ensureNodeModules(ctx, dir) }()
-	return func(p *serverProc, file, model string) {
+	return func(p *serverProc, file, model string, env ...string) {
 		t.Helper()
 		if err := <-npmInstall; err != nil {
 			t.Fatalf("installing the openai client: %v", err)
 		}
 		cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=spec", file)
 		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "DLLM_BASE_URL="+p.url+"/v1", "DLLM_MODEL="+model)
+		cmd.Env = append(append(os.Environ(), "DLLM_BASE_URL="+p.url+"/v1", "DLLM_MODEL="+model), env...)
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("node --test %s: %v\n%s\nserver log:\n%s", file, err, out, p.log())

@@ -39,6 +39,9 @@ func Run(ctx context.Context, ln net.Listener, cfg Config, load Loader) error {
 		BaseContext: func(net.Listener) context.Context { return base },
 		ErrorLog:    slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
+	if cfg.APIKey == "" && !isLoopback(ln.Addr()) {
+		s.log.Warn("no API key: anyone who can reach this address can use the server; set --api-key, --api-key-file or DLLM_API_KEY, or listen on 127.0.0.1", "addr", ln.Addr().String())
+	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 
@@ -117,4 +120,14 @@ func URL(addr net.Addr) string {
 		host = "localhost"
 	}
 	return "http://" + net.JoinHostPort(host, port)
+}
+
+// isLoopback reports whether addr can be reached only from this machine.
+func isLoopback(addr net.Addr) bool {
+	host, _, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

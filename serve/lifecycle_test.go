@@ -3,6 +3,7 @@ package serve
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -86,5 +87,33 @@ func TestURL(t *testing.T) {
 		if got := URL(a); got != want {
 			t.Errorf("URL(%s) = %s, want %s", addr, got, want)
 		}
+	}
+}
+
+// TestRunWarnsWithoutKey: a server without an API key on an address other
+// machines can reach says so in its start-up log.
+func TestRunWarnsWithoutKey(t *testing.T) {
+	cases := []struct {
+		host, key string
+		warn      bool
+	}{
+		{"0.0.0.0", "", true},
+		{"0.0.0.0", "k", false},
+		{"127.0.0.1", "", false},
+		{"::1", "", false},
+	}
+	for _, c := range cases {
+		t.Run(c.host+"/"+c.key, func(t *testing.T) {
+			ln, err := net.Listen("tcp", net.JoinHostPort(c.host, "0"))
+			if err != nil {
+				t.Skip(err)
+			}
+			var logs syncBuffer
+			log := slog.New(slog.NewTextHandler(&logs, nil))
+			Run(context.Background(), ln, Config{Logger: log, APIKey: c.key}, func(context.Context) (*Model, error) { return nil, errors.New("stop") })
+			if got := strings.Contains(logs.String(), "no API key"); got != c.warn {
+				t.Errorf("warned %v, want %v:\n%s", got, c.warn, logs.String())
+			}
+		})
 	}
 }

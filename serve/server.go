@@ -1,6 +1,8 @@
 package serve
 
 import (
+	"crypto/sha256"
+	"crypto/subtle"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -36,6 +38,9 @@ type Config struct {
 	// Without it such a client would hold the model indefinitely: a blocked
 	// write does not see the request's context.
 	StallTimeout time.Duration
+	// APIKey, when set, must come with every request but GET /health, as
+	// "Authorization: Bearer KEY" (OpenAI clients' api_key); others get 401.
+	APIKey string
 	// DebugStats serves GET /debug/stats (goroutines, memory, open files,
 	// live tensors, queue) and marks responses with their queue order, for
 	// load tests looking for leaks and unfairness. Off by default.
@@ -114,6 +119,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rec.rc.SetWriteDeadline(time.Time{})
 	defer s.finish(rec, r)
 	path := r.URL.Path
+	// Before routing, so that a stranger learns nothing, not even which
+	// routes exist. /health stays open for load balancers and serve.sh.
+	if s.cfg.APIKey != "" && path != "/health" {
+		if e := s.authorize(r); e != nil {
+			rec.Header().Set("WWW-Authenticate", `Bearer realm="dllm"`)
+			writeError(rec, e)
+			return
+		}
+	}
 	methods, ok := s.routes[path]
 	if !ok && strings.HasPrefix(path, "/v1/models/") {
 		methods, ok = map[string]http.HandlerFunc{"GET": s.handleModel}, true
@@ -193,4 +207,24 @@ func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, s.card(m))
+}
+
+// authorize checks the request's bearer token against Config.APIKey.
+func (s *Server) authorize(r *http.Request) *apiError {
+	scheme, token, _ := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " ")
+	if !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
+		return newError(http.StatusUnauthorized, typeInvalidRequest, "invalid_api_key",
+			"this server needs an API key: send it as the header Authorization: Bearer KEY (the api_key of OpenAI clients)")
+	}
+	if !sameKey(strings.TrimSpace(token), s.cfg.APIKey) {
+		return newError(http.StatusUnauthorized, typeInvalidRequest, "invalid_api_key", "incorrect API key")
+	}
+	return nil
+}
+
+// sameKey compares in constant time. Hashing first hides the key's length
+// too, which a plain ConstantTimeCompare would leak.
+func sameKey(got, want string) bool {
+	a, b := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(want))
+	return subtle.ConstantTimeCompare(a[:], b[:]) == 1
 }

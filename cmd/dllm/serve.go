@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -9,6 +10,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -40,6 +42,8 @@ See docs/serve.md.`,
 			&cli.StringFlag{Name: "served-model-name", Usage: "model id in the API (default: the directory's name)"},
 			&cli.IntFlag{Name: "max-model-len", Usage: "context length: prompt plus generated tokens (default: the model's max_position_embeddings)"},
 			&cli.IntFlag{Name: "default-max-tokens", Value: serve.DefaultChatMaxTokens, Usage: "a chat request's max_tokens when it gives none"},
+			&cli.StringFlag{Name: "api-key", Sources: cli.EnvVars("DLLM_API_KEY"), Usage: "require this key (Authorization: Bearer KEY) on every route but /health; see also --api-key-file"},
+			&cli.StringFlag{Name: "api-key-file", Usage: "read the API key from the first line of `FILE`, which keeps it out of ps and the environment"},
 			&cli.BoolFlag{Name: "no-warmup", Usage: "skip the warm-up before reporting ready (a short generation; on a GPU the KV cache and graphs of the whole context)"},
 			&cli.BoolFlag{Name: "log-json", Usage: "log JSON lines instead of text"},
 			&cli.BoolFlag{Name: "debug-stats", Usage: "serve GET /debug/stats (goroutines, memory, open files, live tensors) for load tests"},
@@ -78,6 +82,10 @@ func runServe(ctx context.Context, c *cli.Command) error {
 	if c.Int("max-queue") < 0 {
 		return fmt.Errorf("--max-queue must be at least 0")
 	}
+	apiKey, err := readAPIKey(c.String("api-key"), c.String("api-key-file"))
+	if err != nil {
+		return err
+	}
 	dt, err := torch.ParseDType(c.String("dtype"))
 	if err != nil {
 		return err
@@ -104,6 +112,9 @@ func runServe(ctx context.Context, c *cli.Command) error {
 		return nil
 	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(c.String("host"), strconv.Itoa(port)))
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return fmt.Errorf("port %d is already in use by another program (%w); stop it or choose another --port", port, err)
+	}
 	if err != nil {
 		return err
 	}
@@ -116,9 +127,29 @@ func runServe(ctx context.Context, c *cli.Command) error {
 		Logger:           log,
 		DebugStats:       c.Bool("debug-stats"),
 		ShutdownGrace:    c.Duration("shutdown-grace"),
+		APIKey:           apiKey,
 	}
 	opts := serve.LoadOptions{Device: dev, DType: dt, MaxModelLen: c.Int("max-model-len"), Warmup: !c.Bool("no-warmup")}
 	return serve.Run(ctx, ln, cfg, func(ctx context.Context) (*serve.Model, error) {
 		return checked.Load(ctx, opts)
 	})
+}
+
+// readAPIKey is --api-key, or the first line of --api-key-file.
+func readAPIKey(key, file string) (string, error) {
+	if file == "" {
+		return key, nil
+	}
+	if key != "" {
+		return "", fmt.Errorf("give the API key once: --api-key (or DLLM_API_KEY) or --api-key-file, not both")
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("--api-key-file: %w", err)
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	if key = strings.TrimSpace(line); key == "" {
+		return "", fmt.Errorf("--api-key-file %s: the first line is empty; it should hold the key", file)
+	}
+	return key, nil
 }

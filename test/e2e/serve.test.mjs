@@ -1,7 +1,7 @@
 // End-to-end tests of `dllm serve` through the official openai client.
 // The Go test serve/e2e_test.go starts the server on a tiny random model and
-// runs this file with DLLM_BASE_URL (".../v1") and DLLM_MODEL set; the
-// model's text is gibberish, so only the protocol is checked.
+// runs this file with DLLM_BASE_URL (".../v1"), DLLM_MODEL and DLLM_API_KEY
+// set; the model's text is gibberish, so only the protocol is checked.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
@@ -11,7 +11,10 @@ const model = process.env.DLLM_MODEL;
 if (!baseURL || !model) {
   throw new Error('set DLLM_BASE_URL and DLLM_MODEL (run through go test ./serve/ -run E2E)');
 }
-const client = new OpenAI({ baseURL, apiKey: 'unused', maxRetries: 0, timeout: 60_000 });
+// DLLM_API_KEY: the key the server was started with, if any.
+const apiKey = process.env.DLLM_API_KEY;
+const client = new OpenAI({ baseURL, apiKey: apiKey ?? 'unused', maxRetries: 0, timeout: 60_000 });
+const auth = apiKey ? { authorization: `Bearer ${apiKey}` } : {};
 const messages = [{ role: 'user', content: 'Say hello.' }];
 
 test('models lists the served model', async () => {
@@ -66,7 +69,7 @@ test('chat completion stream', async () => {
 test('raw stream ends with [DONE]', async () => {
   const resp = await fetch(`${baseURL}/chat/completions`, {
     method: 'POST',
-    headers: { 'content-type': 'application/json' },
+    headers: { 'content-type': 'application/json', ...auth },
     body: JSON.stringify({ model, messages, max_tokens: 4, stream: true }),
   });
   assert.equal(resp.status, 200);
@@ -108,6 +111,23 @@ test('bad requests are BadRequestError', async () => {
       return true;
     });
   }
+});
+
+test('a wrong or missing API key is AuthenticationError; /health needs none', { skip: !apiKey && 'no API key' }, async () => {
+  for (const key of [`${apiKey}x`, 'sk-wrong']) {
+    const stranger = new OpenAI({ baseURL, apiKey: key, maxRetries: 0 });
+    await assert.rejects(stranger.chat.completions.create({ model, messages, max_tokens: 2 }), (err) => {
+      assert.ok(err instanceof OpenAI.AuthenticationError, `${err}`);
+      assert.equal(err.status, 401);
+      assert.equal(err.code, 'invalid_api_key');
+      return true;
+    });
+    await assert.rejects(stranger.models.list(), OpenAI.AuthenticationError);
+  }
+  const bare = await fetch(`${baseURL}/models`);
+  assert.equal(bare.status, 401);
+  assert.equal((await bare.json()).error.code, 'invalid_api_key');
+  assert.equal((await fetch(baseURL.replace(/\/v1$/, '/health'))).status, 200);
 });
 
 test('unknown route is NotFoundError', async () => {

@@ -1,0 +1,72 @@
+package serve
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"dllm/torch"
+)
+
+// TestServeShPortTaken: with the port held by another HTTP server that
+// answers /health, serve.sh must not report that server as its own: it
+// exits non-zero, saying the port is in use, and prints no ready line.
+func TestServeShPortTaken(t *testing.T) {
+	bin := needBinary(t)
+	// serve.sh runs from a copy of the repository's layout, with the test's
+	// binary, so that it builds nothing.
+	root := t.TempDir()
+	script, err := os.ReadFile(filepath.Join("..", "serve.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "serve.sh"), script, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	demo, err := filepath.Abs(filepath.Join("..", "models", "demo"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for link, target := range map[string]string{"bin/dllm": bin, "bin/libdllmtorch.so": torch.ShimPath(), "models/demo": demo} {
+		os.MkdirAll(filepath.Join(root, filepath.Dir(link)), 0o755)
+		if err := os.Symlink(target, filepath.Join(root, link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	other, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go http.Serve(other, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(`{"status":"ok"}`)) }))
+	defer other.Close()
+	port := other.Addr().(*net.TCPAddr).Port
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(root, "serve.sh"), "--host", "127.0.0.1", "--port", strconv.Itoa(port), "--device", "cpu", "--dtype", "f32")
+	cmd.Env = append(os.Environ(), "DLLM_HOME="+filepath.Join(root, "home"), "DLLM_MODEL=", "DLLM_TORCH_LIB=")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err = cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("serve.sh still running after 2 minutes:\n%s", out.String())
+	}
+	if err == nil {
+		t.Fatalf("serve.sh exited 0 with its port taken:\n%s", out.String())
+	}
+	if strings.Contains(out.String(), "ready:") || strings.Contains(out.String(), "msg=ready") {
+		t.Errorf("serve.sh reported ready while another program held the port:\n%s", out.String())
+	}
+	if !strings.Contains(out.String(), "already in use") {
+		t.Errorf("no word of the port being in use:\n%s", out.String())
+	}
+}
