@@ -26,8 +26,9 @@ type chatMessage struct {
 // roles accepted in messages; "developer" is OpenAI's newer name for system.
 var roles = map[string]string{"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 
-// parseMessages checks the messages and flattens list content to text.
-func parseMessages(raw json.RawMessage) ([]chatMessage, *apiError) {
+// parseMessages checks the messages (at most max of them) and flattens
+// list content to text.
+func parseMessages(raw json.RawMessage, max int) ([]chatMessage, *apiError) {
 	var items []json.RawMessage
 	if s := strings.TrimSpace(string(raw)); s == "" || s == "null" {
 		return nil, badRequest("messages", "messages is required")
@@ -37,6 +38,9 @@ func parseMessages(raw json.RawMessage) ([]chatMessage, *apiError) {
 	}
 	if len(items) == 0 {
 		return nil, badRequest("messages", "messages must not be empty")
+	}
+	if len(items) > max {
+		return nil, badRequest("messages", fmt.Sprintf("at most %d messages are allowed in one request (the server's --max-messages), got %d", max, len(items)))
 	}
 	out := make([]chatMessage, len(items))
 	for i, item := range items {
@@ -54,7 +58,7 @@ func parseMessages(raw json.RawMessage) ([]chatMessage, *apiError) {
 		}
 		role, ok := roles[*m.Role]
 		if !ok {
-			return nil, badRequest(param+".role", fmt.Sprintf("%s.role %q is not one of system, user, assistant, tool", param, *m.Role))
+			return nil, badRequest(param+".role", fmt.Sprintf("%s.role %q is not one of system, developer, user, assistant, tool", param, *m.Role))
 		}
 		text, e := contentText(m.Content, param+".content")
 		if e != nil {
@@ -98,44 +102,61 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	if m == nil {
 		return
 	}
+	body, e := readBody(w, r, s.cfg.MaxBodyBytes)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	done, e := s.gate.enter(r.Context(), len(body))
+	if e != nil {
+		statsOf(w).err = "busy preparing"
+		writeError(w, e)
+		return
+	}
 	var req chatRequest
-	if e := decodeBody(w, r, s.cfg.MaxBodyBytes, &req); e != nil {
-		writeError(w, e)
-		return
-	}
-	msgs, e := parseMessages(req.Messages)
+	p, prompt, e := s.chatParams(m, body, &req)
+	done()
 	if e != nil {
 		writeError(w, e)
 		return
 	}
-	creq := tokenizer.ChatRequest{AddGenerationPrompt: true, Kwargs: req.ChatTemplateKwargs}
-	if v, ok := req.ChatTemplateKwargs["enable_thinking"]; ok && v != nil {
-		b, ok := v.(bool)
-		if !ok {
-			writeError(w, badRequest("chat_template_kwargs.enable_thinking", "chat_template_kwargs.enable_thinking must be a boolean"))
-			return
-		}
-		creq.EnableThinking = &b
-	}
-	creq.Messages, _ = marshal(msgs)
-	prompt, err := m.Tokenizer.ApplyChatTemplate(creq)
-	if err != nil {
-		writeError(w, badRequest("messages", "the chat template rejected the messages: "+err.Error()))
-		return
-	}
-	ids := m.Tokenizer.Encode(prompt)
-	opts, stops, e := req.options(m, len(ids), s.cfg.DefaultMaxTokens)
-	if e != nil {
-		writeError(w, e)
-		return
-	}
-	p := &genParams{prompt: toInt64(ids), opts: opts, stops: stops}
 	c := &chatResponder{s: s, w: w, id: "chatcmpl-" + randomID(), created: nowUnix(), split: newSplitter(promptOpensThink(prompt))}
 	if req.Stream {
 		c.sse = newSSEWriter(w)
 		c.includeUsage = req.StreamOptions != nil && req.StreamOptions.IncludeUsage
 	}
 	s.run(w, r, m, p, c)
+}
+
+// chatParams decodes a chat request into req and renders and tokenizes its
+// prompt: the work the gate bounds.
+func (s *Server) chatParams(m *Model, body []byte, req *chatRequest) (*genParams, string, *apiError) {
+	if e := decodeJSON(body, req); e != nil {
+		return nil, "", e
+	}
+	msgs, e := parseMessages(req.Messages, s.cfg.MaxMessages)
+	if e != nil {
+		return nil, "", e
+	}
+	creq := tokenizer.ChatRequest{AddGenerationPrompt: true, Kwargs: req.ChatTemplateKwargs}
+	if v, ok := req.ChatTemplateKwargs["enable_thinking"]; ok && v != nil {
+		b, ok := v.(bool)
+		if !ok {
+			return nil, "", badRequest("chat_template_kwargs.enable_thinking", "chat_template_kwargs.enable_thinking must be a boolean")
+		}
+		creq.EnableThinking = &b
+	}
+	creq.Messages, _ = marshal(msgs)
+	prompt, err := m.Tokenizer.ApplyChatTemplate(creq)
+	if err != nil {
+		return nil, "", badRequest("messages", "the chat template rejected the messages: "+err.Error())
+	}
+	ids := m.Tokenizer.Encode(prompt)
+	opts, stops, e := req.options(m, len(ids), s.cfg.DefaultMaxTokens)
+	if e != nil {
+		return nil, "", e
+	}
+	return &genParams{prompt: toInt64(ids), opts: opts, stops: stops}, prompt, nil
 }
 
 func toInt64(ids []int) []int64 {

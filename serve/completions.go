@@ -69,33 +69,21 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 	if m == nil {
 		return
 	}
+	body, e := readBody(w, r, s.cfg.MaxBodyBytes)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	done, e := s.gate.enter(r.Context(), len(body))
+	if e != nil {
+		statsOf(w).err = "busy preparing"
+		writeError(w, e)
+		return
+	}
 	var req completionRequest
-	if e := decodeBody(w, r, s.cfg.MaxBodyBytes, &req); e != nil {
-		writeError(w, e)
-		return
-	}
-	if req.Echo {
-		writeError(w, badRequest("echo", "echo is not supported"))
-		return
-	}
-	if req.BestOf != nil && *req.BestOf != 1 {
-		writeError(w, badRequest("best_of", "best_of must be 1"))
-		return
-	}
-	ids, e := s.promptIDs(m, req.Prompt)
+	p, e := s.completionParams(m, body, &req)
+	done()
 	if e != nil {
-		writeError(w, e)
-		return
-	}
-	if len(ids) == 0 {
-		writeError(w, badRequest("prompt", "prompt must not be empty"))
-		return
-	}
-	opts, stops, e := req.options(m, len(ids), completionMaxTokens)
-	if e != nil {
-		if e.Param != nil && *e.Param == "messages" {
-			e.Param = strPtr("prompt")
-		}
 		writeError(w, e)
 		return
 	}
@@ -104,7 +92,36 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 		c.sse = newSSEWriter(w)
 		c.includeUsage = req.StreamOptions != nil && req.StreamOptions.IncludeUsage
 	}
-	s.run(w, r, m, &genParams{prompt: ids, opts: opts, stops: stops}, c)
+	s.run(w, r, m, p, c)
+}
+
+// completionParams decodes a completion request into req and tokenizes its
+// prompt: the work the gate bounds.
+func (s *Server) completionParams(m *Model, body []byte, req *completionRequest) (*genParams, *apiError) {
+	if e := decodeJSON(body, req); e != nil {
+		return nil, e
+	}
+	if req.Echo {
+		return nil, badRequest("echo", "echo is not supported")
+	}
+	if req.BestOf != nil && *req.BestOf != 1 {
+		return nil, badRequest("best_of", "best_of must be 1")
+	}
+	ids, e := s.promptIDs(m, req.Prompt)
+	if e != nil {
+		return nil, e
+	}
+	if len(ids) == 0 {
+		return nil, badRequest("prompt", "prompt must not be empty")
+	}
+	opts, stops, e := req.options(m, len(ids), completionMaxTokens)
+	if e != nil {
+		if e.Param != nil && *e.Param == "messages" {
+			e.Param = strPtr("prompt")
+		}
+		return nil, e
+	}
+	return &genParams{prompt: ids, opts: opts, stops: stops}, nil
 }
 
 // textCompletion is a /v1/completions response or streamed chunk.

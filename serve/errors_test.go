@@ -29,7 +29,7 @@ func TestBadRequests(t *testing.T) {
 		{"messages not array", "POST", "/v1/chat/completions", `{"messages":"hi"}`, 400, "messages", "array"},
 		{"message not object", "POST", "/v1/chat/completions", `{"messages":[42]}`, 400, "messages[0]", ""},
 		{"no role", "POST", "/v1/chat/completions", `{"messages":[{"content":"x"}]}`, 400, "messages[0].role", "required"},
-		{"bad role", "POST", "/v1/chat/completions", `{"messages":[{"role":"wizard","content":"x"}]}`, 400, "messages[0].role", "wizard"},
+		{"bad role", "POST", "/v1/chat/completions", `{"messages":[{"role":"wizard","content":"x"}]}`, 400, "messages[0].role", "wizard\" is not one of system, developer, user"},
 		{"image part", "POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]}`, 400, "messages[0].content[0]", "text"},
 		{"content number", "POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":5}]}`, 400, "messages[0].content", ""},
 		{"n 2", "POST", "/v1/chat/completions", `{` + msgs + `,"n":2}`, 400, "n", "n must be 1"},

@@ -79,20 +79,27 @@ type fieldError struct{ param, msg string }
 
 func (e *fieldError) Error() string { return e.msg }
 
-// decodeBody reads a JSON object into v. Unknown fields are ignored, as
-// OpenAI-compatible servers do, so clients may send options dllm lacks.
-func decodeBody(w http.ResponseWriter, r *http.Request, limit int64, v any) *apiError {
+// readBody reads a request body of at most limit bytes that is declared as
+// JSON (or not declared). It is not gated (see gate): a client trickling its
+// body would hold a slot meant for CPU work.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *apiError) {
 	if e := checkContentType(r.Header.Get("Content-Type")); e != nil {
-		return e
+		return nil, e
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
 		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
-			return newError(http.StatusRequestEntityTooLarge, typeInvalidRequest, "request_too_large",
-				fmt.Sprintf("request body is larger than %d bytes", mbe.Limit))
+			return nil, newError(http.StatusRequestEntityTooLarge, typeInvalidRequest, "request_too_large",
+				fmt.Sprintf("request body is larger than %d bytes (the server's --max-request-bytes)", mbe.Limit))
 		}
-		return badRequest("", "reading the request body: "+err.Error())
+		return nil, badRequest("", "reading the request body: "+err.Error())
 	}
+	return body, nil
+}
+
+// decodeJSON reads a JSON object into v. Unknown fields are ignored, as
+// OpenAI-compatible servers do, so clients may send options dllm lacks.
+func decodeJSON(body []byte, v any) *apiError {
 	body = bytes.TrimSpace(body)
 	if len(body) == 0 {
 		return badRequest("", "the request body is empty; expected a JSON object")

@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"log/slog"
 	"net/http"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -22,8 +23,16 @@ type Config struct {
 	MaxQueue int
 	// RequestTimeout bounds a request, queueing included; 0 = none.
 	RequestTimeout time.Duration
-	// MaxBodyBytes caps a request body; 0 = 4 MiB.
+	// MaxBodyBytes caps a request body, and so a prompt's bytes; 0 = 4 MiB.
 	MaxBodyBytes int64
+	// MaxMessages caps a chat request's messages; 0 = DefaultMaxMessages.
+	// The chat template's cost grows with them (100,000 tiny messages took
+	// seconds of CPU and 1 GB of allocations).
+	MaxMessages int
+	// MaxPreparing is how many requests may decode, template and tokenize
+	// at once (a quarter of them with bodies over 256 KiB); 0 = the CPUs
+	// (GOMAXPROCS). Others wait up to 5 s, then get 503 with Retry-After.
+	MaxPreparing int
 	// DefaultMaxTokens is a chat completion's max_tokens when the request
 	// gives none (still capped by the context); 0 = 32768.
 	DefaultMaxTokens int
@@ -50,6 +59,7 @@ type Config struct {
 // Defaults used when the Config leaves a field zero.
 const (
 	DefaultMaxBodyBytes     = 4 << 20
+	DefaultMaxMessages      = 2048
 	DefaultStallTimeout     = 60 * time.Second
 	DefaultChatMaxTokens    = 32768
 	completionMaxTokens     = 16 // OpenAI's and vLLM's default for /v1/completions
@@ -63,6 +73,7 @@ type Server struct {
 	log     *slog.Logger
 	model   atomic.Pointer[Model]
 	queue   *queue
+	gate    *gate
 	created int64
 	routes  map[string]map[string]http.HandlerFunc // path -> method -> handler
 	active  sync.WaitGroup                         // generations in progress
@@ -83,13 +94,19 @@ func New(cfg Config) *Server {
 	if cfg.ShutdownGrace <= 0 {
 		cfg.ShutdownGrace = DefaultShutdownGrace
 	}
+	if cfg.MaxMessages <= 0 {
+		cfg.MaxMessages = DefaultMaxMessages
+	}
+	if cfg.MaxPreparing <= 0 {
+		cfg.MaxPreparing = runtime.GOMAXPROCS(0)
+	}
 	if cfg.MaxQueue < 0 {
 		cfg.MaxQueue = 0
 	}
 	if cfg.StallTimeout <= 0 {
 		cfg.StallTimeout = DefaultStallTimeout
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, queue: newQueue(cfg.MaxQueue), created: time.Now().Unix()}
+	s := &Server{cfg: cfg, log: cfg.Logger, queue: newQueue(cfg.MaxQueue), gate: newGate(cfg.MaxPreparing, gateWait), created: time.Now().Unix()}
 	if s.log == nil {
 		s.log = slog.Default()
 	}

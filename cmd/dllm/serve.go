@@ -42,6 +42,8 @@ See docs/serve.md.`,
 			&cli.StringFlag{Name: "served-model-name", Usage: "model id in the API (default: the directory's name)"},
 			&cli.IntFlag{Name: "max-model-len", Usage: "context length: prompt plus generated tokens (default: the model's max_position_embeddings)"},
 			&cli.IntFlag{Name: "default-max-tokens", Value: serve.DefaultChatMaxTokens, Usage: "a chat request's max_tokens when it gives none"},
+			&cli.IntFlag{Name: "max-messages", Value: serve.DefaultMaxMessages, Usage: "most messages one chat request may hold; more get 400"},
+			&cli.IntFlag{Name: "max-request-bytes", Value: serve.DefaultMaxBodyBytes, Usage: "largest request body, and so prompt, in bytes; larger get 413"},
 			&cli.StringFlag{Name: "api-key", Sources: cli.EnvVars("DLLM_API_KEY"), Usage: "require this key (Authorization: Bearer KEY) on every route but /health; see also --api-key-file"},
 			&cli.StringFlag{Name: "api-key-file", Usage: "read the API key from the first line of `FILE`, which keeps it out of ps and the environment"},
 			&cli.BoolFlag{Name: "no-warmup", Usage: "skip the warm-up before reporting ready (a short generation; on a GPU the KV cache and graphs of the whole context)"},
@@ -81,6 +83,9 @@ func runServe(ctx context.Context, c *cli.Command) error {
 	}
 	if c.Int("max-queue") < 0 {
 		return fmt.Errorf("--max-queue must be at least 0")
+	}
+	if c.Int("max-messages") < 1 || c.Int("max-request-bytes") < 1024 {
+		return fmt.Errorf("--max-messages must be at least 1 and --max-request-bytes at least 1024")
 	}
 	apiKey, err := readAPIKey(c.String("api-key"), c.String("api-key-file"))
 	if err != nil {
@@ -122,6 +127,8 @@ func runServe(ctx context.Context, c *cli.Command) error {
 	cfg := serve.Config{
 		ModelName:        name,
 		MaxQueue:         c.Int("max-queue"),
+		MaxMessages:      c.Int("max-messages"),
+		MaxBodyBytes:     int64(c.Int("max-request-bytes")),
 		RequestTimeout:   c.Duration("request-timeout"),
 		DefaultMaxTokens: c.Int("default-max-tokens"),
 		Logger:           log,
