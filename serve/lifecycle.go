@@ -27,14 +27,20 @@ func Run(ctx context.Context, ln net.Listener, cfg Config, load Loader) error {
 	cfg = s.cfg
 	base, cancelBase := context.WithCancel(context.Background())
 	defer cancelBase()
+	limited := newConnLimit(ln, connectionLimit(cfg.MaxConnections, raiseOpenFileLimit(), s.log), s.log)
 	srv := &http.Server{
-		Handler:           s,
-		ReadHeaderTimeout: 30 * time.Second,
+		Handler:   s,
+		ConnState: limited.track,
+		// Marks the spare connections the limiter lets in past the limit.
+		ConnContext:       connContext,
+		ReadHeaderTimeout: 10 * time.Second,
 		// The whole request, body included (at most MaxBodyBytes): a client
 		// trickling its body must not hold a connection for ever. It does
 		// not limit responses: net/http lifts it once the body is read.
 		ReadTimeout: time.Minute,
-		IdleTimeout: 5 * time.Minute,
+		// Idle keep-alive connections cost a descriptor each; clients
+		// reconnect in a millisecond (uvicorn, under vLLM, keeps them 5 s).
+		IdleTimeout: time.Minute,
 		// No write timeout: a long reasoning stream may take many minutes.
 		BaseContext: func(net.Listener) context.Context { return base },
 		ErrorLog:    slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
@@ -43,7 +49,7 @@ func Run(ctx context.Context, ln net.Listener, cfg Config, load Loader) error {
 		s.log.Warn("no API key: anyone who can reach this address can use the server; set --api-key, --api-key-file or DLLM_API_KEY, or listen on 127.0.0.1", "addr", ln.Addr().String())
 	}
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	go func() { served <- srv.Serve(limited) }()
 
 	loadCtx, cancelLoad := context.WithCancel(ctx)
 	defer cancelLoad()
@@ -130,4 +136,19 @@ func isLoopback(addr net.Addr) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// fdReserve is the descriptors kept from client connections for the model's
+// files, libtorch, logs and the spare connections.
+const fdReserve = 256 + spareConns
+
+// connectionLimit is want, lowered (with a warning) to fit a descriptor
+// limit of fds (0: unknown).
+func connectionLimit(want int, fds uint64, log *slog.Logger) int {
+	if fds == 0 || uint64(want)+fdReserve <= fds {
+		return want
+	}
+	n := max(int(fds)-fdReserve, 16)
+	log.Warn("--max-connections lowered to fit the open-file limit (raise it with ulimit -n)", "max_connections", n, "asked", want, "open_file_limit", fds)
+	return n
 }

@@ -47,6 +47,10 @@ type Config struct {
 	// Without it such a client would hold the model indefinitely: a blocked
 	// write does not see the request's context.
 	StallTimeout time.Duration
+	// MaxConnections bounds the open client connections; 0 =
+	// DefaultMaxConnections. It is lowered to fit the process's descriptor
+	// limit. At the limit idle connections are closed to make room.
+	MaxConnections int
 	// APIKey, when set, must come with every request but GET /health, as
 	// "Authorization: Bearer KEY" (OpenAI clients' api_key); others get 401.
 	APIKey string
@@ -60,6 +64,7 @@ type Config struct {
 const (
 	DefaultMaxBodyBytes     = 4 << 20
 	DefaultMaxMessages      = 2048
+	DefaultMaxConnections   = 4096
 	DefaultStallTimeout     = 60 * time.Second
 	DefaultChatMaxTokens    = 32768
 	completionMaxTokens     = 16 // OpenAI's and vLLM's default for /v1/completions
@@ -93,6 +98,9 @@ func New(cfg Config) *Server {
 	}
 	if cfg.ShutdownGrace <= 0 {
 		cfg.ShutdownGrace = DefaultShutdownGrace
+	}
+	if cfg.MaxConnections <= 0 {
+		cfg.MaxConnections = DefaultMaxConnections
 	}
 	if cfg.MaxMessages <= 0 {
 		cfg.MaxMessages = DefaultMaxMessages
@@ -136,6 +144,17 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rec.rc.SetWriteDeadline(time.Time{})
 	defer s.finish(rec, r)
 	path := r.URL.Path
+	if onSpare(r) {
+		// A connection past the limit (see connLimit) answers /health, so
+		// that a full server can still be probed, and nothing else.
+		rec.Header().Set("Connection", "close")
+		if path != "/health" {
+			e := newError(http.StatusServiceUnavailable, typeUnavailable, "too_many_connections", "the server has too many open connections; retry shortly")
+			e.RetryAfter = retryAfterBusySecs
+			writeError(rec, e)
+			return
+		}
+	}
 	// Before routing, so that a stranger learns nothing, not even which
 	// routes exist. /health stays open for load balancers and serve.sh.
 	if s.cfg.APIKey != "" && path != "/health" {

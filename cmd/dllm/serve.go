@@ -44,6 +44,7 @@ See docs/serve.md.`,
 			&cli.IntFlag{Name: "default-max-tokens", Value: serve.DefaultChatMaxTokens, Usage: "a chat request's max_tokens when it gives none"},
 			&cli.IntFlag{Name: "max-messages", Value: serve.DefaultMaxMessages, Usage: "most messages one chat request may hold; more get 400"},
 			&cli.IntFlag{Name: "max-request-bytes", Value: serve.DefaultMaxBodyBytes, Usage: "largest request body, and so prompt, in bytes; larger get 413"},
+			&cli.IntFlag{Name: "max-connections", Value: serve.DefaultMaxConnections, Usage: "most open client connections (lowered to fit the open-file limit); at the limit idle ones are closed"},
 			&cli.StringFlag{Name: "api-key", Sources: cli.EnvVars("DLLM_API_KEY"), Usage: "require this key (Authorization: Bearer KEY) on every route but /health; see also --api-key-file"},
 			&cli.StringFlag{Name: "api-key-file", Usage: "read the API key from the first line of `FILE`, which keeps it out of ps and the environment"},
 			&cli.BoolFlag{Name: "no-warmup", Usage: "skip the warm-up before reporting ready (a short generation; on a GPU the KV cache and graphs of the whole context)"},
@@ -84,8 +85,8 @@ func runServe(ctx context.Context, c *cli.Command) error {
 	if c.Int("max-queue") < 0 {
 		return fmt.Errorf("--max-queue must be at least 0")
 	}
-	if c.Int("max-messages") < 1 || c.Int("max-request-bytes") < 1024 {
-		return fmt.Errorf("--max-messages must be at least 1 and --max-request-bytes at least 1024")
+	if c.Int("max-messages") < 1 || c.Int("max-request-bytes") < 1024 || c.Int("max-connections") < 1 {
+		return fmt.Errorf("--max-messages and --max-connections must be at least 1, --max-request-bytes at least 1024")
 	}
 	apiKey, err := readAPIKey(c.String("api-key"), c.String("api-key-file"))
 	if err != nil {
@@ -128,6 +129,7 @@ func runServe(ctx context.Context, c *cli.Command) error {
 		ModelName:        name,
 		MaxQueue:         c.Int("max-queue"),
 		MaxMessages:      c.Int("max-messages"),
+		MaxConnections:   c.Int("max-connections"),
 		MaxBodyBytes:     int64(c.Int("max-request-bytes")),
 		RequestTimeout:   c.Duration("request-timeout"),
 		DefaultMaxTokens: c.Int("default-max-tokens"),
