@@ -17,22 +17,7 @@ import (
 // their headers give way once stale, and while every connection is busy a
 // new one still answers /health (and only /health).
 func TestConnectionLimit(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	eng := &fakeEngine{tok: tinyTokenizer(t), output: "x"}
-	ctx, stop := context.WithCancel(context.Background())
-	ran := make(chan error, 1)
-	go func() {
-		ran <- Run(ctx, ln, Config{ModelName: "m", Logger: discardLogger(), MaxConnections: 4},
-			func(context.Context) (*Model, error) {
-				return &Model{Engine: eng, Tokenizer: eng.tok, ContextLength: 4096, VocabSize: 512}, nil
-			})
-	}()
-	defer func() { stop(); <-ran }()
-
+	addr := startRun(t, Config{MaxConnections: 4})
 	dial := func() net.Conn {
 		c, err := net.Dial("tcp", addr)
 		if err != nil {
@@ -149,4 +134,26 @@ func TestConnectionLimitFitsFileLimit(t *testing.T) {
 	if raiseOpenFileLimit() == 0 {
 		t.Error("no open-file limit read on this system")
 	}
+}
+
+// startRun serves the fake model with Run on a loopback port, as the binary
+// does (connection limit and all), and returns the address; the server
+// stops when the test ends.
+func startRun(t *testing.T, cfg Config) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := &fakeEngine{tok: tinyTokenizer(t), output: "x"}
+	cfg.ModelName, cfg.Logger = "m", discardLogger()
+	ctx, stop := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() {
+		ran <- Run(ctx, ln, cfg, func(context.Context) (*Model, error) {
+			return &Model{Engine: eng, Tokenizer: eng.tok, ContextLength: 4096, VocabSize: 512}, nil
+		})
+	}()
+	t.Cleanup(func() { stop(); <-ran })
+	return ln.Addr().String()
 }

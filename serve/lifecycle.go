@@ -27,7 +27,7 @@ func Run(ctx context.Context, ln net.Listener, cfg Config, load Loader) error {
 	cfg = s.cfg
 	base, cancelBase := context.WithCancel(context.Background())
 	defer cancelBase()
-	limited := newConnLimit(ln, connectionLimit(cfg.MaxConnections, raiseOpenFileLimit(), s.log), s.log)
+	limited := newConnLimit(jsonErrors{ln}, connectionLimit(cfg.MaxConnections, raiseOpenFileLimit(), s.log), s.log)
 	srv := &http.Server{
 		Handler:   s,
 		ConnState: limited.track,
