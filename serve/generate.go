@@ -59,6 +59,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, m *Model, p *genPar
 		out.fail(e)
 		return
 	}
+	queuedAt := time.Now()
 	if s.cfg.DebugStats {
 		w.Header().Set("X-Dllm-Queue-Seq", strconv.FormatUint(t.seq, 10))
 	}
@@ -73,8 +74,11 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, m *Model, p *genPar
 		s.stopped(st, out, errClientGone)
 		return
 	}
-	queuedAt := time.Now()
-	if err := t.wait(ctx); err != nil {
+	err = t.wait(ctx)
+	// The wait is logged whether or not it ended in a turn: a request
+	// given up in the queue waited too.
+	st.queued = time.Since(queuedAt)
+	if err != nil {
 		s.stopped(st, out, context.Cause(ctx))
 		return
 	}
@@ -83,9 +87,9 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, m *Model, p *genPar
 		// Only whole responses can still carry it: a stream's headers are out.
 		w.Header().Set("X-Dllm-Grant-Seq", strconv.FormatUint(t.grant, 10))
 	}
-	st.queued = time.Since(queuedAt)
 	s.active.Add(1)
 	defer s.active.Done()
+	st.ran = true
 
 	ts := newTextStream(m.Tokenizer, m.keepToken, p.stops)
 	var writeErr error

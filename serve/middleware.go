@@ -20,7 +20,8 @@ type reqStats struct {
 	queued       time.Duration
 	finish       string
 	err          string
-	status       int // logged instead of the sent one (499: the client hung up)
+	status       int  // logged instead of the sent one (499: the client hung up)
+	ran          bool // the request got its turn on the model
 }
 
 // recorder remembers the status and bytes written, for the log line and to
@@ -141,15 +142,19 @@ func (s *Server) finish(rec *recorder, r *http.Request) {
 		if st.genTime > 0 {
 			tokPerSec = float64(st.genTokens) / st.genTime.Seconds()
 		}
-		attrs = append(attrs,
-			slog.Int("prompt_tokens", st.promptTokens),
-			slog.Int("generated_tokens", st.genTokens),
-			slog.Int("steps", st.steps),
-			slog.Float64("tpf", round2(st.tpf)),
-			slog.Float64("tok_s", round2(tokPerSec)),
-			slog.Duration("prefill", st.prefill),
-			slog.Duration("queued", st.queued),
-		)
+		attrs = append(attrs, slog.Int("prompt_tokens", st.promptTokens))
+		// A request that never reached the model (refused, or given up
+		// while queued) has no generation to report.
+		if st.ran {
+			attrs = append(attrs,
+				slog.Int("generated_tokens", st.genTokens),
+				slog.Int("steps", st.steps),
+				slog.Float64("tpf", round2(st.tpf)),
+				slog.Float64("tok_s", round2(tokPerSec)),
+				slog.Duration("prefill", st.prefill),
+			)
+		}
+		attrs = append(attrs, slog.Duration("queued", st.queued))
 		if st.finish != "" {
 			attrs = append(attrs, slog.String("finish", st.finish))
 		}

@@ -3,7 +3,10 @@ package serve
 import (
 	"context"
 	"errors"
+	"io"
+	"log/slog"
 	"net/http"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -209,5 +212,56 @@ func TestTimeout(t *testing.T) {
 	decodeError(t, b)
 	if !errors.Is(eng.ctxErr, context.DeadlineExceeded) {
 		t.Errorf("engine ctx: %v", eng.ctxErr)
+	}
+}
+
+// TestQueuedCancelLog: a stream whose client leaves while it waits in the
+// queue is logged as a 499 with the time it waited and no generation
+// figures (it never reached the model).
+func TestQueuedCancelLog(t *testing.T) {
+	eng := &fakeEngine{output: "abcd", eos: true, gate: make(chan struct{}), started: make(chan struct{}, 10)}
+	var logs syncBuffer
+	s, ts := testServer(t, eng, Config{MaxQueue: 2, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	ran := make(chan struct{})
+	go func() {
+		post(t, ts.URL+"/v1/chat/completions", `{"messages":[{"role":"user","content":"Hi"}],"max_tokens":4}`)
+		close(ran)
+	}()
+	<-eng.started
+	ctx, cancel := context.WithCancel(context.Background())
+	left := make(chan struct{})
+	go func() {
+		defer close(left)
+		req, _ := http.NewRequestWithContext(ctx, "POST", ts.URL+"/v1/chat/completions",
+			strings.NewReader(`{"messages":[{"role":"user","content":"Hi"}],"max_tokens":4,"stream":true}`))
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	}()
+	waitFor(t, func() bool { _, w := s.queue.depth(); return w == 1 })
+	time.Sleep(100 * time.Millisecond)
+	cancel()
+	<-left
+	waitFor(t, func() bool { return strings.Contains(logs.String(), "status=499") })
+	close(eng.gate)
+	<-ran
+	var line string
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, "status=499") {
+			line = l
+		}
+	}
+	m := regexp.MustCompile(`queued=(\S+)`).FindStringSubmatch(line)
+	if m == nil {
+		t.Fatalf("no queued time: %s", line)
+	}
+	if d, err := time.ParseDuration(m[1]); err != nil || d < 100*time.Millisecond {
+		t.Errorf("queued=%s, want the ~100 ms it waited: %s", m[1], line)
+	}
+	for _, field := range []string{"generated_tokens", "steps=", "tpf=", "tok_s=", "prefill="} {
+		if strings.Contains(line, field) {
+			t.Errorf("a request that never ran logs %s: %s", field, line)
+		}
 	}
 }
