@@ -254,7 +254,8 @@ func TestConvertPaddedRowIsLinked(t *testing.T) {
 		FormatVersion: 1, MaskTokenID: 500, MaskToken: "<|mask|>", BlockSize: 32, Attention: "block", Shift: true,
 		Source: diffusion.Source{Path: mustAbs(t, tinyLlama), SHA256: fileSHA256(t, filepath.Join(tinyLlama, model.SingleFileName)),
 			Architecture: "LlamaForCausalLM"},
-		CreatedBy: "dllm test", CreatedAt: s.CreatedAt, Generation: diffusion.Generation{Threshold: 0.9, MaxStepsPerBlock: 32, TopP: 1},
+		WeightsSHA256: map[string]string{model.SingleFileName: fileSHA256(t, filepath.Join(tinyLlama, model.SingleFileName))},
+		CreatedBy:     "dllm test", CreatedAt: s.CreatedAt, Generation: diffusion.Generation{Threshold: 0.9, MaxStepsPerBlock: 32, TopP: 1},
 	}
 	if !reflect.DeepEqual(*s, want) {
 		t.Errorf("dllm.json:\n got %+v\nwant %+v", *s, want)
@@ -557,6 +558,65 @@ func TestConvertShardedHash(t *testing.T) {
 	}
 	if fileSHA256(t, filepath.Join(out, model.IndexFileName)) != fileSHA256(t, filepath.Join(from, model.IndexFileName)) {
 		t.Error("index changed although no shard was rewritten")
+	}
+}
+
+// TestConvertRecordsWeightSums: with a full hash dllm.json records the
+// sha256 of every weights file of the output, however it was made, and
+// the output passes model.VerifyWeights; with a fast one it records none.
+func TestConvertRecordsWeightSums(t *testing.T) {
+	tests := []struct {
+		name    string
+		fix     *fixture // nil: tiny-llama
+		dtype   string
+		copy    bool // linking fails, so the weights are copied
+		hash    string
+		actions map[string]Action
+	}{
+		{name: "linked", dtype: "auto", hash: HashFull, actions: map[string]Action{model.SingleFileName: Link}},
+		{name: "copied", dtype: "auto", copy: true, hash: HashFull, actions: map[string]Action{model.SingleFileName: Copy}},
+		{name: "rewritten", dtype: "bf16", hash: HashFull, actions: map[string]Action{model.SingleFileName: Rewrite}},
+		{name: "one shard rewritten", fix: &fixture{vocab: 500, dtype: model.BF16, shards: 2}, dtype: "auto", hash: HashFull,
+			actions: map[string]Action{"model-00001-of-00002.safetensors": Rewrite, "model-00002-of-00002.safetensors": Link}},
+		{name: "fast", dtype: "bf16", hash: HashFast, actions: map[string]Action{model.SingleFileName: Rewrite}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			from := tinyLlama
+			if tt.fix != nil {
+				from = writeFixture(t, *tt.fix)
+			}
+			out := filepath.Join(t.TempDir(), "model")
+			o := testOptions(from, out)
+			o.DType, o.Hash = tt.dtype, tt.hash
+			res, err := convertWith(t, context.Background(), o, func(p *Plan) {
+				if tt.copy {
+					p.place = func(string, string) (Action, error) { return "", syscall.EXDEV }
+				}
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for name, a := range tt.actions {
+				if res.Done[name] != a {
+					t.Errorf("%s was %s, want %s", name, res.Done[name], a)
+				}
+			}
+			_, _, s, _ := loadOutput(t, out)
+			var want map[string]string
+			if tt.hash == HashFull {
+				want = map[string]string{}
+				for name := range tt.actions {
+					want[name] = fileSHA256(t, filepath.Join(out, name))
+				}
+			}
+			if !reflect.DeepEqual(s.WeightsSHA256, want) {
+				t.Errorf("weights_sha256 %v, want %v", s.WeightsSHA256, want)
+			}
+			if err := model.VerifyWeights(context.Background(), out, s.WeightsSHA256); err != nil {
+				t.Error(err)
+			}
+		})
 	}
 }
 

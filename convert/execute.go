@@ -3,12 +3,14 @@ package convert
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"hash"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"time"
@@ -126,7 +128,7 @@ func (p *Plan) writeAll(ctx context.Context, dir string, res *Result) error {
 	} else {
 		hashed <- nil
 	}
-	copySums, err := p.writeFiles(ctx, dir, copies, prog, res)
+	copySums, rewritten, err := p.writeFiles(ctx, dir, copies, prog, res)
 	if err != nil {
 		cancel()
 	}
@@ -140,10 +142,9 @@ func (p *Plan) writeAll(ctx context.Context, dir string, res *Result) error {
 	s := p.Settings
 	s.CreatedAt = time.Now().UTC().Truncate(time.Second)
 	if full {
-		for k, v := range copySums {
-			sums[k] = v
-		}
+		maps.Copy(sums, copySums)
 		s.Source.SHA256 = checkpointSHA256(p.shards, sums)
+		s.WeightsSHA256 = p.weightsSHA256(sums, rewritten)
 	} else if s.Source.Fingerprint, err = fingerprint(p.shards); err != nil {
 		return err
 	}
@@ -155,21 +156,38 @@ func (p *Plan) writeAll(ctx context.Context, dir string, res *Result) error {
 	return nil
 }
 
+// weightsSHA256 is dllm.json's weights_sha256: a linked or copied shard
+// holds its source's bytes, so it has its source's sum, and a rewritten one
+// the sum of what was written.
+func (p *Plan) weightsSHA256(src map[string][]byte, rewritten map[string]string) map[string]string {
+	out := map[string]string{}
+	for _, f := range p.Files {
+		switch f.Action {
+		case Link:
+			out[f.Name] = hex.EncodeToString(src[f.Src])
+		case Rewrite:
+			out[f.Name] = rewritten[f.Name]
+		}
+	}
+	return out
+}
+
 // writeFiles makes every planned file but the links and dllm.json. Shards
-// that could not be linked are copied, hashed on the way when a full hash
-// is wanted; their sums are returned.
-func (p *Plan) writeFiles(ctx context.Context, dir string, copies []File, prog *progress, res *Result) (map[string][]byte, error) {
-	sums := map[string][]byte{}
+// that could not be linked are copied and the others rewritten, hashed on
+// the way when a full hash is wanted; it returns the copies' sums by source
+// path and the rewritten files' hex sums by name.
+func (p *Plan) writeFiles(ctx context.Context, dir string, copies []File, prog *progress, res *Result) (copySums map[string][]byte, rewritten map[string]string, err error) {
+	copySums, rewritten = map[string][]byte{}, map[string]string{}
 	for _, f := range copies {
 		var h hash.Hash
 		if p.opts.Hash == HashFull {
 			h = sha256.New()
 		}
 		if err := p.copyFile(ctx, f.Src, filepath.Join(dir, f.Name), h, prog); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if h != nil {
-			sums[f.Src] = h.Sum(nil)
+			copySums[f.Src] = h.Sum(nil)
 		}
 		res.Done[f.Name] = Copy
 	}
@@ -178,7 +196,7 @@ func (p *Plan) writeFiles(ctx context.Context, dir string, copies []File, prog *
 		var err error
 		switch {
 		case f.Action == Rewrite:
-			err = p.rewriteShard(ctx, f.Src, dst, prog)
+			rewritten[f.Name], err = p.rewriteShard(ctx, f.Src, dst, prog)
 		case f.Action == Edit && f.Name == model.IndexFileName:
 			err = p.writeIndex(f.Src, dst)
 		case f.Action == Edit && f.Name == "config.json":
@@ -189,16 +207,16 @@ func (p *Plan) writeFiles(ctx context.Context, dir string, copies []File, prog *
 			continue
 		}
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		res.Done[f.Name] = f.Action
 	}
 	if p.Mask.How != MaskExisting {
 		if err := tokenizer.AddSpecialToken(dir, p.Mask.Token, p.Mask.ID); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	return sums, nil
+	return copySums, rewritten, nil
 }
 
 // copyFile copies src to a new file dst, feeding h when given.

@@ -17,9 +17,15 @@ import (
 // Hash modes for the source checkpoint's identity in dllm.json.
 const (
 	// HashFull is a full sha256 of the weights, read in parallel with the
-	// conversion (or during the copy when one happens).
+	// conversion (or during the copy when one happens). It also records
+	// weights_sha256, the sum of every weights file of the output, for
+	// model.VerifyWeights: a linked or copied file's is its source's, a
+	// rewritten file's is taken from the bytes as they are written.
 	HashFull = "full"
-	// HashFast hashes only the safetensors headers and file sizes.
+	// HashFast hashes only the safetensors headers and file sizes. No
+	// weights file is read in full, so no weights_sha256 is recorded: the
+	// output can then only be scanned for non-finite values, not checked
+	// for damage.
 	HashFast = "fast"
 )
 

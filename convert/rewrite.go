@@ -13,14 +13,14 @@ import (
 )
 
 // rewriteShard writes the tensors of one source shard to dst in their
-// output dtypes, the grown ones with the mask row appended. Tensors are
-// read a chunk at a time with pread rather than through the checkpoint's
-// mapping, so that neither the heap nor the resident set grows with the
-// checkpoint's size.
-func (p *Plan) rewriteShard(ctx context.Context, shard, dst string, prog *progress) error {
+// output dtypes, the grown ones with the mask row appended, and with a full
+// hash returns the hex sha256 of what it wrote. Tensors are read a chunk at
+// a time with pread rather than through the checkpoint's mapping, so that
+// neither the heap nor the resident set grows with the checkpoint's size.
+func (p *Plan) rewriteShard(ctx context.Context, shard, dst string, prog *progress) (string, error) {
 	src, err := os.Open(shard)
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer src.Close()
 	var tensors []model.TensorData
@@ -46,7 +46,10 @@ func (p *Plan) rewriteShard(ctx context.Context, shard, dst string, prog *progre
 	if meta["format"] == "" {
 		meta["format"] = "pt" // transformers refuses files without it
 	}
-	return model.WriteSafetensors(dst, tensors, meta)
+	if p.opts.Hash != HashFull {
+		return "", model.WriteSafetensors(dst, tensors, meta)
+	}
+	return model.WriteSafetensorsSHA256(dst, tensors, meta)
 }
 
 // tensorStream returns the Stream of one output tensor, read from src.

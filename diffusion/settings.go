@@ -9,10 +9,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -52,6 +55,14 @@ type Settings struct {
 	Shift bool `json:"shift"`
 	// Source records what the model was converted from.
 	Source Source `json:"source"`
+	// WeightsSHA256 maps the name of each weights file in the model
+	// directory (model.safetensors, or every shard) to the hex sha256 of its
+	// bytes as written, so that a copy damaged since (a bit flip on disk or
+	// in transfer) is caught before it is served (model.VerifyWeights).
+	// Absent when the writer did not hash the weights (convert --hash=fast)
+	// and in directories written before it existed. An older dllm rejects
+	// the key as unknown rather than misreading it, so FormatVersion stays 1.
+	WeightsSHA256 map[string]string `json:"weights_sha256,omitempty"`
 	// CreatedBy is "dllm <version>".
 	CreatedBy string `json:"created_by"`
 	// CreatedAt is when the model directory was written.
@@ -130,6 +141,24 @@ func (s *Settings) Validate(vocabSize int) error {
 		return fail("generation.temperature %v must be finite and >= 0", g.Temperature)
 	case !(g.TopP > 0 && g.TopP <= 1):
 		return fail("generation.top_p %v must be in (0, 1]", g.TopP)
+	}
+	if err := checkWeightSums(s.WeightsSHA256); err != nil {
+		return fail("%v", err)
+	}
+	return nil
+}
+
+// checkWeightSums checks weights_sha256: its keys must name files of the
+// model directory itself, so a sum can never point a verifier elsewhere.
+// Names are visited in order so the error is the same on every run.
+func checkWeightSums(sums map[string]string) error {
+	for _, name := range slices.Sorted(maps.Keys(sums)) {
+		switch {
+		case strings.ContainsAny(name, `/\`) || !strings.HasSuffix(name, ".safetensors") || name == ".safetensors":
+			return fmt.Errorf("weights_sha256 key %q is not a .safetensors file name in the model directory", name)
+		case !hexSHA256.MatchString(sums[name]):
+			return fmt.Errorf("weights_sha256[%q] %q is not 64 lowercase hex digits", name, sums[name])
+		}
 	}
 	return nil
 }

@@ -22,9 +22,10 @@ func validSettings() *Settings {
 			SHA256:       strings.Repeat("ab", 32),
 			Architecture: "LlamaForCausalLM",
 		},
-		CreatedBy:  "dllm test",
-		CreatedAt:  time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC),
-		Generation: DefaultGeneration(32),
+		WeightsSHA256: map[string]string{"model.safetensors": strings.Repeat("cd", 32)},
+		CreatedBy:     "dllm test",
+		CreatedAt:     time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC),
+		Generation:    DefaultGeneration(32),
 	}
 }
 
@@ -71,11 +72,15 @@ func TestValidate(t *testing.T) {
 		{"version", func(s *Settings) { s.FormatVersion = 2 }, 512, "format_version 2"},
 		{"bad sha", func(s *Settings) { s.Source.SHA256 = "xyz" }, 512, "source.sha256"},
 		{"bad fingerprint", func(s *Settings) { s.Source.Fingerprint = "ABC" }, 512, "source.fingerprint"},
-		{"threshold 0", func(s *Settings) { s.Generation.Threshold = 0 }, 512, "threshold"},
-		{"threshold > 1", func(s *Settings) { s.Generation.Threshold = 1.5 }, 512, "threshold"},
-		{"steps", func(s *Settings) { s.Generation.MaxStepsPerBlock = 0 }, 512, "max_steps_per_block"},
-		{"temperature", func(s *Settings) { s.Generation.Temperature = -1 }, 512, "temperature"},
-		{"top_p", func(s *Settings) { s.Generation.TopP = 0 }, 512, "top_p"},
+		{"no weight sums", func(s *Settings) { s.WeightsSHA256 = nil }, 512, ""},
+		{"shard sums", weightSums("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"), 512, ""},
+		{"weight sum uppercase", func(s *Settings) { s.WeightsSHA256["model.safetensors"] = strings.Repeat("AB", 32) }, 512, "64 lowercase hex"},
+		{"weight sum short", func(s *Settings) { s.WeightsSHA256["model.safetensors"] = "abcd" }, 512, "64 lowercase hex"},
+		{"weight file in a subdirectory", weightSums("sub/model.safetensors"), 512, `key "sub/model.safetensors" is not`},
+		{"weight file outside", weightSums("../model.safetensors"), 512, "is not a .safetensors file name"},
+		{"weight file backslash", weightSums(`a\b.safetensors`), 512, "is not a .safetensors file name"},
+		{"weight file not safetensors", weightSums("config.json"), 512, `key "config.json" is not`},
+		{"weight file only suffix", weightSums(".safetensors"), 512, "is not a .safetensors file name"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -92,6 +97,16 @@ func TestValidate(t *testing.T) {
 				t.Fatalf("error %v, want one containing %q", err, tt.errSub)
 			}
 		})
+	}
+}
+
+// weightSums sets weights_sha256 to valid sums for the named files.
+func weightSums(names ...string) func(*Settings) {
+	return func(s *Settings) {
+		s.WeightsSHA256 = map[string]string{}
+		for _, n := range names {
+			s.WeightsSHA256[n] = strings.Repeat("0f", 32)
+		}
 	}
 }
 
@@ -114,6 +129,8 @@ func TestLoadSettingsErrors(t *testing.T) {
 		{"unknown nested key", ptr(strings.Replace(good, `"top_p":1`, `"top_p":1,"top_k":5`, 1)), `unknown field "top_k"`},
 		{"trailing data", ptr(good + `{}`), "bad JSON"},
 		{"invalid value", ptr(strings.Replace(good, `"block_size":32`, `"block_size":0`, 1)), "block_size 0"},
+		{"weight sums", ptr(strings.Replace(good, `"shift":true`, `"shift":true,"weights_sha256":{"model.safetensors":"`+strings.Repeat("0a", 32)+`"}`, 1)), ""},
+		{"bad weight sum", ptr(strings.Replace(good, `"shift":true`, `"shift":true,"weights_sha256":{"model.safetensors":"0a"}`, 1)), "weights_sha256"},
 		{"negative mask", ptr(strings.Replace(good, `"mask_token_id":5`, `"mask_token_id":-3`, 1)), "negative"},
 	}
 	for _, tt := range tests {

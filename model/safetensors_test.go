@@ -2,9 +2,11 @@ package model
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"maps"
 	"math"
@@ -389,5 +391,45 @@ func TestOpenSafetensorsNotAFile(t *testing.T) {
 	}
 	if _, err := OpenSafetensors(filepath.Join(t.TempDir(), "missing")); err == nil {
 		t.Error("opened a missing file")
+	}
+}
+
+// TestWriteSafetensorsSHA256: the sum computed while writing is the file's,
+// whether the bytes pass through the write buffer or bypass it (a tensor
+// larger than the buffer).
+func TestWriteSafetensorsSHA256(t *testing.T) {
+	stream := func(n int) func(io.Writer) error {
+		return func(w io.Writer) error {
+			_, err := w.Write(bytes.Repeat([]byte{7}, n))
+			return err
+		}
+	}
+	tests := []struct {
+		name    string
+		tensors []TensorData
+	}{
+		{"empty", nil},
+		{"small", []TensorData{{Name: "w", DType: F32, Shape: []int64{2}, Data: f32Bytes(1, 2)}}},
+		{"streamed", []TensorData{{Name: "s", DType: U8, Shape: []int64{100}, Stream: stream(100)}}},
+		{"larger than the buffer", []TensorData{
+			{Name: "big", DType: U8, Shape: []int64{9 << 20}, Data: bytes.Repeat([]byte{1, 2, 3}, 3<<20)},
+			{Name: "big.stream", DType: U8, Shape: []int64{5 << 20}, Stream: stream(5 << 20)},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "w.safetensors")
+			got, err := WriteSafetensorsSHA256(path, tt.tensors, map[string]string{"format": "pt"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			data, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := fmt.Sprintf("%x", sha256.Sum256(data)); got != want {
+				t.Errorf("sha256 %s, the file's is %s", got, want)
+			}
+		})
 	}
 }

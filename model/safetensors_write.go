@@ -4,10 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"cmp"
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"math"
 	"math/bits"
@@ -37,7 +40,23 @@ type TensorData struct {
 //
 // The file is written to path+".tmp", fsynced and renamed, so a crash never
 // leaves a truncated file under the final name.
-func WriteSafetensors(path string, tensors []TensorData, metadata map[string]string) (err error) {
+func WriteSafetensors(path string, tensors []TensorData, metadata map[string]string) error {
+	return writeSafetensors(path, tensors, metadata, nil)
+}
+
+// WriteSafetensorsSHA256 is WriteSafetensors that also returns the hex
+// sha256 of the file, computed from the bytes as they are written (beside
+// the writes, on another core) rather than by reading the file back.
+func WriteSafetensorsSHA256(path string, tensors []TensorData, metadata map[string]string) (string, error) {
+	h := sha256.New()
+	if err := writeSafetensors(path, tensors, metadata, h); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// writeSafetensors writes the file, feeding every byte to h when given.
+func writeSafetensors(path string, tensors []TensorData, metadata map[string]string, h hash.Hash) (err error) {
 	fail := func(format string, args ...any) error {
 		return fmt.Errorf("safetensors: %s: "+format, append([]any{path}, args...)...)
 	}
@@ -61,7 +80,11 @@ func WriteSafetensors(path string, tensors []TensorData, metadata map[string]str
 			os.Remove(tmp)
 		}
 	}()
-	w := bufio.NewWriterSize(f, 4<<20)
+	var dst io.Writer = f
+	if h != nil {
+		dst = hashingWriter{f, h}
+	}
+	w := bufio.NewWriterSize(dst, 4<<20)
 	var lenBuf [8]byte
 	binary.LittleEndian.PutUint64(lenBuf[:], uint64(len(hdr)))
 	w.Write(lenBuf[:]) // bufio errors are sticky: Flush reports them
@@ -198,6 +221,26 @@ func encodeHeader(tensors []TensorData, order []int, sizes []int64, metadata map
 		return nil, errors.New("header too large")
 	}
 	return b.Bytes(), nil
+}
+
+// hashingWriter writes to w and feeds h the same bytes concurrently, so a
+// chunk costs the slower of the write and the hash, not their sum. The
+// chunks are bufio's 4 MiB (or a tensor's Data written whole), large enough
+// that a goroutine per chunk costs nothing.
+type hashingWriter struct {
+	w io.Writer
+	h hash.Hash
+}
+
+func (hw hashingWriter) Write(p []byte) (int, error) {
+	done := make(chan struct{})
+	go func() {
+		hw.h.Write(p)
+		close(done)
+	}()
+	n, err := hw.w.Write(p)
+	<-done // p is the caller's again once Write returns
+	return n, err
 }
 
 // exactWriter passes at most left bytes through, so a Stream that writes

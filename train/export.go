@@ -52,7 +52,8 @@ type ExportOptions struct {
 
 // Export writes a servable model directory out from a checkpoint: config.json,
 // model.safetensors in the model's dtype, the tokenizer files of the source
-// model, dllm.json with the trained block size and shift, and train.json.
+// model, dllm.json with the trained block size and shift and the weights'
+// sha256, and train.json.
 // The checkpoint is verified first; out must not exist. Everything is
 // written to a temporary directory beside out and renamed into place, so
 // a failed export leaves nothing behind. No libtorch is needed.
@@ -120,8 +121,9 @@ func Export(checkpoint, out string, o ExportOptions) (err error) {
 			os.RemoveAll(tmp)
 		}
 	}()
-	// 3. Weights, converted tensor by tensor.
-	if err := convertWeights(filepath.Join(checkpoint, modelWeights), filepath.Join(tmp, modelWeights), dt); err != nil {
+	// 3. Weights, converted tensor by tensor and hashed as they are written.
+	sum, err := convertWeights(filepath.Join(checkpoint, modelWeights), filepath.Join(tmp, modelWeights), dt)
+	if err != nil {
 		return err
 	}
 	// 4. config.json with the dtype written.
@@ -145,6 +147,9 @@ func Export(checkpoint, out string, o ExportOptions) (err error) {
 		s.Shift = cfg.Shift
 		s.Generation.MaxStepsPerBlock = s.BlockSize
 	}
+	// The checkpoint's settings may carry the sums of the weights training
+	// started from; these are the sums of the file just written.
+	s.WeightsSHA256 = map[string]string{modelWeights: sum}
 	s.CreatedBy, s.CreatedAt = o.CreatedBy, time.Now().UTC().Truncate(time.Second)
 	if s.CreatedBy == "" {
 		s.CreatedBy = "dllm"
@@ -194,17 +199,18 @@ func exportDType(flag, configured, declared string) (model.DType, string, error)
 	return 0, "", fmt.Errorf("train: export: dtype %q: want auto, bf16, f16 or f32", s)
 }
 
-// convertWeights rewrites a float32 safetensors file in dtype dt.
-func convertWeights(src, dst string, dt model.DType) error {
+// convertWeights rewrites a float32 safetensors file in dtype dt and
+// returns the hex sha256 of the file written.
+func convertWeights(src, dst string, dt model.DType) (string, error) {
 	sf, err := model.OpenSafetensors(src)
 	if err != nil {
-		return fmt.Errorf("train: export: %w", err)
+		return "", fmt.Errorf("train: export: %w", err)
 	}
 	defer sf.Close()
 	var ts []model.TensorData
 	for _, info := range sf.Tensors() {
 		if info.DType != model.F32 {
-			return fmt.Errorf("train: export: %s: tensor %s is %s, want F32", src, info.Name, info.DType)
+			return "", fmt.Errorf("train: export: %s: tensor %s is %s, want F32", src, info.Name, info.DType)
 		}
 		ts = append(ts, model.TensorData{Name: info.Name, DType: dt, Shape: info.Shape, Stream: func(w io.Writer) error {
 			b, err := sf.Bytes(info.Name)
@@ -214,10 +220,11 @@ func convertWeights(src, dst string, dt model.DType) error {
 			return writeConverted(w, b, dt)
 		}})
 	}
-	if err := model.WriteSafetensors(dst, ts, map[string]string{"format": "pt"}); err != nil {
-		return fmt.Errorf("train: export: %w", err)
+	sum, err := model.WriteSafetensorsSHA256(dst, ts, map[string]string{"format": "pt"})
+	if err != nil {
+		return "", fmt.Errorf("train: export: %w", err)
 	}
-	return nil
+	return sum, nil
 }
 
 // writeConverted writes little-endian float32 data as dt, in pieces.

@@ -15,7 +15,7 @@ const tinyMaskID = 511
 
 // tinyModel makes a dllm model directory from testdata/tiny-llama (3
 // layers, hidden 64, vocab 512, float32): links to its files plus a
-// dllm.json.
+// dllm.json with the weights' sums.
 func tinyModel(t *testing.T) string {
 	t.Helper()
 	if err := torch.Load(); err != nil {
@@ -31,8 +31,10 @@ func tinyModel(t *testing.T) string {
 			t.Fatal(err)
 		}
 	}
+	// The sums a converted model would carry.
 	s := &diffusion.Settings{FormatVersion: diffusion.FormatVersion, MaskTokenID: tinyMaskID, MaskToken: diffusion.DefaultMaskToken,
-		BlockSize: 4, Attention: diffusion.AttentionBlock, Shift: true, Generation: diffusion.DefaultGeneration(4)}
+		BlockSize: 4, Attention: diffusion.AttentionBlock, Shift: true, Generation: diffusion.DefaultGeneration(4),
+		WeightsSHA256: map[string]string{"model.safetensors": sha256File(t, filepath.Join(src, "model.safetensors"))}}
 	if err := s.Save(dir); err != nil {
 		t.Fatal(err)
 	}
