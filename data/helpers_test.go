@@ -139,6 +139,13 @@ func writeParquet(t testing.TB, path string, schema *arrow.Schema, rows any) {
 	t.Helper()
 	rec := record(t, schema, rows)
 	defer rec.Release()
+	writeParquetRecord(t, path, rec)
+}
+
+// writeParquetRecord writes rec in small row groups.
+func writeParquetRecord(t testing.TB, path string, rec arrow.RecordBatch) {
+	t.Helper()
+	schema := rec.Schema()
 	f, err := os.Create(path)
 	if err != nil {
 		t.Fatal(err)
@@ -159,6 +166,18 @@ func writeParquet(t testing.TB, path string, schema *arrow.Schema, rows any) {
 // two record batches.
 func writeArrow(t testing.TB, path string, schema *arrow.Schema, rows []map[string]any, stream bool) {
 	t.Helper()
+	half := len(rows) / 2
+	var recs []arrow.RecordBatch
+	for _, part := range [][]map[string]any{rows[:half], rows[half:]} {
+		recs = append(recs, record(t, schema, part))
+	}
+	writeArrowRecords(t, path, schema, recs, stream)
+}
+
+// writeArrowRecords writes recs as an Arrow IPC file or stream and
+// releases them.
+func writeArrowRecords(t testing.TB, path string, schema *arrow.Schema, recs []arrow.RecordBatch, stream bool) {
+	t.Helper()
 	f, err := os.Create(path)
 	if err != nil {
 		t.Fatal(err)
@@ -173,9 +192,7 @@ func writeArrow(t testing.TB, path string, schema *arrow.Schema, rows []map[stri
 	} else if w, err = ipc.NewFileWriter(f, ipc.WithSchema(schema)); err != nil {
 		t.Fatal(err)
 	}
-	half := len(rows) / 2
-	for _, part := range [][]map[string]any{rows[:half], rows[half:]} {
-		rec := record(t, schema, part)
+	for _, rec := range recs {
 		if err := w.Write(rec); err != nil {
 			t.Fatal(err)
 		}

@@ -5,7 +5,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 )
@@ -102,6 +104,32 @@ func ReadManifest(dir string) (*Manifest, error) {
 		return nil, fmt.Errorf("%s: format %q, want %q", filepath.Join(dir, ManifestFile), m.Format, ManifestFormat)
 	}
 	return &m, nil
+}
+
+// OpenRecordedShard opens the shard that a manifest of dir records and
+// checks it against the record: present, of the recorded size, valid, and
+// with the recorded counts and checksum. Errors name the file.
+func OpenRecordedShard(dir string, info ShardInfo) (*Shard, error) {
+	path := filepath.Join(dir, info.File)
+	st, err := os.Stat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, fmt.Errorf("%s: missing", info.File)
+	case err != nil:
+		return nil, err
+	case uint64(st.Size()) != info.Bytes:
+		return nil, fmt.Errorf("%s: %d bytes, the manifest records %d (truncated, or being written)", info.File, st.Size(), info.Bytes)
+	}
+	s, err := OpenShard(path) // its errors name the file and the damage
+	if err != nil {
+		return nil, err
+	}
+	h := s.Header
+	if h.NumSeqs != info.NumSeqs || h.NumDocStarts != info.NumDocStarts || fmt.Sprintf("%08x", h.BodyCRC) != info.CRC32C {
+		s.Close()
+		return nil, fmt.Errorf("%s: does not match the manifest's record (counts or checksum differ)", info.File)
+	}
+	return s, nil
 }
 
 // writeManifest replaces dir's manifest atomically: a crash leaves the

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
+	"strings"
 )
 
 // SourceStats are a source's cumulative counts as of a point in the run.
@@ -30,6 +33,19 @@ type SourceStats struct {
 	// or empty_epoch (a repeating source that yields no document); empty
 	// while it still had data.
 	Done string `json:"done,omitempty"`
+}
+
+// SkippedText lists the skipped counts for people, by reason in name
+// order ("empty 560, too_long 3"); "none" when nothing was skipped.
+func (s SourceStats) SkippedText() string {
+	if len(s.Skipped) == 0 {
+		return "none"
+	}
+	parts := make([]string, 0, len(s.Skipped))
+	for _, reason := range slices.Sorted(maps.Keys(s.Skipped)) {
+		parts = append(parts, fmt.Sprintf("%s %d", reason, s.Skipped[reason]))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // sourceCursor is where a source stands: the next document to take is

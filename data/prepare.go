@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"sort"
 	"strings"
@@ -196,11 +197,7 @@ func seqsPerShard(cfg *Config) int { return int(max(1, cfg.ShardTokens/int64(cfg
 // manifest when that run is complete and verified (nothing to do), else
 // the verified shards a run resumes after (none for a fresh start).
 func openOut(out string, man *Manifest, force bool, logf func(string, ...any)) (*Manifest, []ShardInfo, error) {
-	// Temporary files are leftovers of an interrupted write: never valid.
-	tmps, _ := filepath.Glob(filepath.Join(out, "*"+tmpSuffix))
-	for _, t := range tmps {
-		os.Remove(t)
-	}
+	removeStaleTemps(out)
 	existing, _ := filepath.Glob(filepath.Join(out, "shard-*.bin"))
 	old, err := ReadManifest(out)
 	switch {
@@ -236,29 +233,34 @@ func openOut(out string, man *Manifest, force bool, logf func(string, ...any)) (
 	return nil, nil, nil
 }
 
+// ownTemp matches the names of the temporary files Prepare writes: a shard
+// or the manifest with tmpSuffix.
+var ownTemp = regexp.MustCompile(`^(shard-[0-9]{5,}\.bin|` + regexp.QuoteMeta(ManifestFile) + `)` + regexp.QuoteMeta(tmpSuffix) + `$`)
+
+// removeStaleTemps removes the temporary files a killed run left in out
+// (one that returns removes its own): they are never valid. Files of other
+// names, *.tmp included, are the user's and stay.
+func removeStaleTemps(out string) {
+	entries, _ := os.ReadDir(out)
+	for _, e := range entries {
+		if e.Type().IsRegular() && ownTemp.MatchString(e.Name()) {
+			os.Remove(filepath.Join(out, e.Name()))
+		}
+	}
+}
+
 // verifiedPrefix returns the recorded shards, in order, up to the first
 // that is missing or does not match its record (size, counts, checksum).
 func verifiedPrefix(out string, shards []ShardInfo, logf func(string, ...any)) []ShardInfo {
 	for i, info := range shards {
-		if err := verifyShard(filepath.Join(out, info.File), info); err != nil {
-			logf("shard %s fails verification (%v): resuming from shard %d", info.File, err, i)
+		s, err := OpenRecordedShard(out, info)
+		if err != nil {
+			logf("%v: resuming from shard %d", err, i)
 			return shards[:i]
 		}
+		s.Close()
 	}
 	return shards
-}
-
-func verifyShard(path string, info ShardInfo) error {
-	s, err := OpenShard(path)
-	if err != nil {
-		return err
-	}
-	defer s.Close()
-	h := s.Header
-	if h.NumSeqs != info.NumSeqs || h.NumDocStarts != info.NumDocStarts || h.FileSize != info.Bytes || fmt.Sprintf("%08x", h.BodyCRC) != info.CRC32C {
-		return errors.New("the file does not match the manifest's record")
-	}
-	return nil
 }
 
 // describeChange names what differs between two runs' inputs.

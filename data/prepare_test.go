@@ -301,6 +301,104 @@ func TestDataCancel(t *testing.T) {
 	}
 }
 
+// TestDataRemovesOnlyOwnTemps puts temporary-looking files in the output
+// directory before a fresh run, a resumed run and a --force run: only the
+// leftovers of an interrupted run of this tool go, a user's files stay.
+func TestDataRemovesOnlyOwnTemps(t *testing.T) {
+	dir := t.TempDir()
+	writeJSONL(t, filepath.Join(dir, "a.jsonl"), textRows("alpha", 60))
+	src := SourceConfig{Name: "a", Kind: KindText, Paths: []string{filepath.Join(dir, "a.jsonl")}}
+	files := []struct {
+		name string
+		kept bool
+	}{
+		{"notes.tmp", true},
+		{"shard-00002.bin.tmp", true},
+		{"manifest.json.tmp", true},
+		{"draft.dllm-tmp", true},
+		{"shard-2.bin" + tmpSuffix, true},
+		{shardName(2) + tmpSuffix, false},
+		{shardName(123456) + tmpSuffix, false},
+		{ManifestFile + tmpSuffix, false},
+	}
+	// Each run starts from a directory in a given state, then the files
+	// are put in and the run under test goes.
+	runs := []struct {
+		name  string
+		setup func(cfg Config) error
+		force bool
+	}{
+		{"fresh", func(Config) error { return nil }, false},
+		{"resumed", func(cfg Config) error {
+			_, err := prepare(t, cfg, func(i int) error {
+				if i == 1 {
+					return errors.New("stop")
+				}
+				return nil
+			})
+			if err == nil {
+				return errors.New("the first run did not stop")
+			}
+			return nil
+		}, false},
+		{"finished", func(cfg Config) error { _, err := prepare(t, cfg, nil); return err }, false},
+		{"force", func(cfg Config) error { _, err := prepare(t, cfg, nil); return err }, true},
+	}
+	for _, r := range runs {
+		t.Run(r.name, func(t *testing.T) {
+			cfg := testConfig(filepath.Join(dir, r.name), src)
+			os.MkdirAll(cfg.Out, 0o755)
+			if err := r.setup(cfg); err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range files {
+				writeFile(t, filepath.Join(cfg.Out, f.name), []byte("user data"))
+			}
+			if _, err := Prepare(context.Background(), Options{Config: cfg, Force: r.force}); err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range files {
+				_, err := os.Stat(filepath.Join(cfg.Out, f.name))
+				if kept := err == nil; kept != f.kept {
+					t.Errorf("%s: kept %v, want %v", f.name, kept, f.kept)
+				}
+			}
+		})
+	}
+}
+
+// TestDataSkippedText checks how skip counts reach people: sorted
+// "reason count" pairs, never a Go map.
+func TestDataSkippedText(t *testing.T) {
+	cases := []struct {
+		skipped map[string]int64
+		want    string
+	}{
+		{nil, "none"},
+		{map[string]int64{skipEmpty: 560}, "empty 560"},
+		{map[string]int64{skipTooLong: 3, skipEmpty: 560, skipChatError: 1}, "chat_error 1, empty 560, too_long 3"},
+	}
+	for _, c := range cases {
+		if got := (SourceStats{Skipped: c.skipped}).SkippedText(); got != c.want {
+			t.Errorf("%v: %q, want %q", c.skipped, got, c.want)
+		}
+	}
+	dir := t.TempDir()
+	writeJSONL(t, filepath.Join(dir, "a.jsonl"), textRows("alpha", 20))
+	writeJSONL(t, filepath.Join(dir, "b.jsonl"), []map[string]any{{"text": ""}, {"text": nil}, {"id": 3}})
+	cfg := testConfig(filepath.Join(dir, "out"),
+		SourceConfig{Name: "a", Kind: KindText, Paths: []string{filepath.Join(dir, "a.jsonl")}},
+		SourceConfig{Name: "b", Kind: KindText, Paths: []string{filepath.Join(dir, "b.jsonl")}})
+	var log strings.Builder
+	if _, err := Prepare(context.Background(), Options{Config: cfg, Log: &log}); err != nil {
+		t.Fatal(err)
+	}
+	want := `warning: source "b" gave no document (3 records; skipped: empty 3)`
+	if !strings.Contains(log.String(), want) || strings.Contains(log.String(), "map[") {
+		t.Errorf("log lacks %q or shows a map:\n%s", want, log.String())
+	}
+}
+
 // TestResumeRepairsAndRefuses covers the output directory's other states.
 func TestDataResumeRepairsAndRefuses(t *testing.T) {
 	dir := t.TempDir()

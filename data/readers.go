@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -84,9 +85,9 @@ func readParquet(ctx context.Context, path string, src SourceConfig, emit emitFu
 		return err
 	}
 	defer rr.Release()
+	rows := rowEmitter{kind: src.Kind, emit: emit}
 	for rr.Next() {
-		rec := rr.RecordBatch()
-		if err := emitColumn(ctx, rec.Column(0), src.Kind, emit); err != nil {
+		if err := rows.column(ctx, rr.RecordBatch().Column(0)); err != nil {
 			return err
 		}
 	}
@@ -131,12 +132,13 @@ func readArrow(ctx context.Context, path string, src SourceConfig, emit emitFunc
 		if err != nil {
 			return err
 		}
+		rows := rowEmitter{kind: src.Kind, emit: emit}
 		for i := 0; i < r.NumRecords(); i++ {
 			rec, err := r.RecordBatch(i)
 			if err != nil {
 				return err
 			}
-			if err := emitColumn(ctx, rec.Column(col), src.Kind, emit); err != nil {
+			if err := rows.column(ctx, rec.Column(col)); err != nil {
 				return err
 			}
 		}
@@ -151,8 +153,9 @@ func readArrow(ctx context.Context, path string, src SourceConfig, emit emitFunc
 	if err != nil {
 		return err
 	}
+	rows := rowEmitter{kind: src.Kind, emit: emit}
 	for r.Next() {
-		if err := emitColumn(ctx, r.RecordBatch().Column(col), src.Kind, emit); err != nil {
+		if err := rows.column(ctx, r.RecordBatch().Column(col)); err != nil {
 			return err
 		}
 	}
@@ -174,19 +177,28 @@ func columnIndex(s *arrow.Schema, name string) (int, error) {
 	return idx[0], nil
 }
 
-// emitColumn emits every row of an Arrow column.
-func emitColumn(ctx context.Context, col arrow.Array, kind string, emit emitFunc) error {
+// rowEmitter emits the rows of a file's column, batch after batch; it
+// numbers them across batches, so that an error names the row in the file.
+type rowEmitter struct {
+	kind string
+	emit emitFunc
+	row  int64
+}
+
+// column emits every row of one batch's column.
+func (e *rowEmitter) column(ctx context.Context, col arrow.Array) error {
 	for i := 0; i < col.Len(); i++ {
 		if i%64 == 0 && ctx.Err() != nil {
 			return ctx.Err()
 		}
-		r, err := arrowValue(col, i, kind)
+		r, err := arrowValue(col, i, e.kind)
 		if err != nil {
+			return fmt.Errorf("row %d (0-based): %w", e.row, err)
+		}
+		if err := e.emit(r); err != nil {
 			return err
 		}
-		if err := emit(r); err != nil {
-			return err
-		}
+		e.row++
 	}
 	return nil
 }
@@ -196,6 +208,11 @@ func emitColumn(ctx context.Context, col arrow.Array, kind string, emit emitFunc
 func arrowValue(col arrow.Array, i int, kind string) (r rawRecord, err error) {
 	if col.IsNull(i) {
 		return rawRecord{null: true}, nil
+	}
+	// Arrow does not validate strings, and JSON encoding would turn bad
+	// bytes into U+FFFD without a word.
+	if err := checkUTF8(col, i); err != nil {
+		return r, err
 	}
 	switch a := col.(type) {
 	case interface{ Value(int) string }:
@@ -210,12 +227,12 @@ func arrowValue(col arrow.Array, i int, kind string) (r rawRecord, err error) {
 		// must be an error instead.
 		defer func() {
 			if p := recover(); p != nil {
-				err = fmt.Errorf("row %d: cannot convert messages to JSON: %v", i, p)
+				err = fmt.Errorf("cannot convert messages to JSON: %v", p)
 			}
 		}()
 		b, err := json.Marshal(a.GetOneForMarshal(i))
 		if err != nil {
-			return r, fmt.Errorf("row %d: messages to JSON: %w", i, err)
+			return r, fmt.Errorf("messages to JSON: %w", err)
 		}
 		return rawRecord{value: string(b)}, nil
 	}
@@ -226,6 +243,40 @@ func arrowValue(col arrow.Array, i int, kind string) (r rawRecord, err error) {
 	return r, fmt.Errorf("column type %s: want %s", col.DataType(), want)
 }
 
+// checkUTF8 checks every string and binary value in row i of col, inside
+// lists and structs too (the messages of a chat).
+func checkUTF8(col arrow.Array, i int) error {
+	if col.IsNull(i) {
+		return nil
+	}
+	var v string
+	switch a := col.(type) {
+	case interface{ Value(int) string }:
+		v = a.Value(i)
+	case interface{ Value(int) []byte }:
+		v = string(a.Value(i))
+	case array.ListLike:
+		lo, hi := a.ValueOffsets(i)
+		for j := lo; j < hi; j++ {
+			if err := checkUTF8(a.ListValues(), int(j)); err != nil {
+				return err
+			}
+		}
+		return nil
+	case *array.Struct:
+		for f := 0; f < a.NumField(); f++ {
+			if err := checkUTF8(a.Field(f), i); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if k := invalidUTF8(v); k >= 0 {
+		return fmt.Errorf("invalid UTF-8 at byte %d of a value (byte 0x%02x); the column must hold UTF-8 text: fix or drop that row", k, v[k])
+	}
+	return nil
+}
+
 func readJSONL(ctx context.Context, path string, src SourceConfig, emit emitFunc) error {
 	f, err := os.Open(path)
 	if err != nil {
@@ -233,7 +284,9 @@ func readJSONL(ctx context.Context, path string, src SourceConfig, emit emitFunc
 	}
 	defer f.Close()
 	var in io.Reader = bufio.NewReaderSize(f, 64<<10)
+	gzNote := ""
 	if strings.HasSuffix(strings.ToLower(path), ".gz") {
+		gzNote = " of the decompressed text"
 		gz, err := gzip.NewReader(in)
 		if err != nil {
 			return err
@@ -245,9 +298,24 @@ func readJSONL(ctx context.Context, path string, src SourceConfig, emit emitFunc
 	// The limit is the larger of the two arguments, so the initial buffer
 	// must not exceed it.
 	sc.Buffer(make([]byte, 0, min(64<<10, src.MaxLineBytes)), src.MaxLineBytes)
+	var next, start int64 // offsets of the next line and of the current one
+	sc.Split(func(data []byte, atEOF bool) (int, []byte, error) {
+		adv, tok, err := bufio.ScanLines(data, atEOF)
+		if tok != nil {
+			start = next
+		}
+		next += int64(adv)
+		return adv, tok, err
+	})
 	for line := 1; sc.Scan(); line++ {
 		if line%64 == 0 && ctx.Err() != nil {
 			return ctx.Err()
+		}
+		// encoding/json would turn bad bytes into U+FFFD without a word, so
+		// damaged text would be trained on as if it were the corpus.
+		if !utf8.Valid(sc.Bytes()) {
+			k := invalidUTF8(string(sc.Bytes()))
+			return fmt.Errorf("line %d: invalid UTF-8 at byte offset %d%s (byte 0x%02x); the file must be UTF-8 text: fix or drop that line", line, start+int64(k), gzNote, sc.Bytes()[k])
 		}
 		b := bytes.TrimSpace(sc.Bytes())
 		if len(b) == 0 {
@@ -292,6 +360,22 @@ func jsonField(line []byte, field, kind string) (rawRecord, error) {
 		return rawRecord{value: string(v)}, nil
 	}
 	return rawRecord{}, fmt.Errorf("field %q is %s, want a string", field, jsonKind(v))
+}
+
+// invalidUTF8 returns the offset of the first byte of s that is not part
+// of valid UTF-8, or -1.
+func invalidUTF8(s string) int {
+	if utf8.ValidString(s) {
+		return -1
+	}
+	for i, r := range s {
+		// A decoding error yields U+FFFD of width 1; the character itself
+		// is three bytes.
+		if r == utf8.RuneError && !strings.HasPrefix(s[i:], string(utf8.RuneError)) {
+			return i
+		}
+	}
+	return -1
 }
 
 func jsonKind(v json.RawMessage) string {

@@ -2,11 +2,15 @@ package data
 
 import (
 	"bytes"
+	"cmp"
 	"compress/gzip"
 	"encoding/json"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
 )
 
 var chatRows = []map[string]any{
@@ -121,5 +125,103 @@ func TestDataReaderErrors(t *testing.T) {
 				t.Fatalf("error %v, want %q", err, c.want)
 			}
 		})
+	}
+}
+
+// TestDataInvalidUTF8 feeds every reader a record with bytes that are not
+// UTF-8: each is an error naming the file and where in it, never text
+// with U+FFFD in their place.
+func TestDataInvalidUTF8(t *testing.T) {
+	dir := t.TempDir()
+	ok := `{"text": "fine"}` + "\n"
+	cases := []struct {
+		name, file, kind, field string
+		content                 []byte // a JSONL file; nil: write instead
+		write                   func(path string)
+		want                    string
+	}{
+		{name: "text field", file: "a.jsonl", content: []byte(ok + "{\"text\": \"bad \xff byte\"}\n"),
+			want: "a.jsonl: line 2: invalid UTF-8 at byte offset 31 (byte 0xff)"},
+		{name: "truncated character", file: "b.jsonl", content: []byte(ok + ok + "{\"text\": \"caf\xc3\"}\n"),
+			want: "b.jsonl: line 3: invalid UTF-8 at byte offset 47 (byte 0xc3)"},
+		{name: "crlf and blank lines", file: "c.jsonl", content: []byte("{\"text\": \"fine\"}\r\n\r\n{\"text\": \"\xe2\x82\"}\r\n"),
+			want: "c.jsonl: line 3: invalid UTF-8 at byte offset 30 (byte 0xe2)"},
+		{name: "other field", file: "d.jsonl", content: []byte("{\"meta\": \"\xc0\xaf\", \"text\": \"fine\"}\n"),
+			want: "d.jsonl: line 1: invalid UTF-8 at byte offset 10 (byte 0xc0)"},
+		{name: "gzip", file: "e.jsonl.gz", content: gzipped(t, []byte(ok+"{\"text\": \"\xff\"}\n")),
+			want: "e.jsonl.gz: line 2: invalid UTF-8 at byte offset 27 of the decompressed text (byte 0xff)"},
+		{name: "chat messages", file: "f.jsonl", kind: KindChat, field: "messages",
+			content: []byte("{\"messages\": [{\"role\": \"user\", \"content\": \"\xfe\"}]}\n"),
+			want:    "f.jsonl: line 1: invalid UTF-8 at byte offset 43 (byte 0xfe)"},
+		{name: "parquet text", file: "t.parquet", write: func(p string) {
+			rec := brokenRecord(t, textSchema, textRows("x", 7), 5)
+			defer rec.Release()
+			writeParquetRecord(t, p, rec)
+		}, want: "t.parquet: row 5 (0-based): invalid UTF-8 at byte 2 of a value (byte 0xff)"},
+		{name: "arrow text", file: "t.arrow", write: func(p string) {
+			rows := textRows("x", 7)
+			recs := []arrow.RecordBatch{record(t, textSchema, rows[:3]), brokenRecord(t, textSchema, rows[3:], 2)}
+			writeArrowRecords(t, p, textSchema, recs, true)
+		}, want: "t.arrow: row 5 (0-based): invalid UTF-8 at byte 2 of a value (byte 0xff)"},
+		{name: "arrow chat", file: "c.arrow", kind: KindChat, field: "messages", write: func(p string) {
+			recs := []arrow.RecordBatch{record(t, chatSchema, chatRows[:1]), brokenRecord(t, chatSchema, chatRows[1:], 1)}
+			writeArrowRecords(t, p, chatSchema, recs, false)
+		}, want: "c.arrow: row 2 (0-based): invalid UTF-8 at byte 2 of a value (byte 0xff)"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			path := filepath.Join(dir, c.file)
+			if c.write != nil {
+				c.write(path)
+			} else {
+				writeFile(t, path, c.content)
+			}
+			kind, field := cmp.Or(c.kind, KindText), cmp.Or(c.field, "text")
+			_, err := readAll(t, path, SourceConfig{Name: "s", Kind: kind, Field: field, Format: FormatAuto})
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %v, want %q", err, c.want)
+			}
+		})
+	}
+}
+
+func gzipped(t *testing.T, b []byte) []byte {
+	t.Helper()
+	var out bytes.Buffer
+	zw := gzip.NewWriter(&out)
+	zw.Write(b)
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return out.Bytes()
+}
+
+// brokenRecord is rows as a record in which row's strings have their
+// third byte replaced by 0xff, which is never UTF-8.
+func brokenRecord(t *testing.T, schema *arrow.Schema, rows []map[string]any, row int) arrow.RecordBatch {
+	t.Helper()
+	rec := record(t, schema, rows)
+	breakUTF8(rec.Column(1), row, row+1)
+	return rec
+}
+
+// breakUTF8 overwrites the third byte of every string of rows [lo, hi),
+// inside lists and structs too.
+func breakUTF8(a arrow.Array, lo, hi int) {
+	switch a := a.(type) {
+	case *array.String:
+		for i := lo; i < hi; i++ {
+			if !a.IsNull(i) && a.ValueLen(i) > 2 {
+				a.ValueBytes()[a.ValueOffset(i)-a.ValueOffset(0)+2] = 0xff
+			}
+		}
+	case array.ListLike:
+		s, _ := a.ValueOffsets(lo)
+		_, e := a.ValueOffsets(hi - 1)
+		breakUTF8(a.ListValues(), int(s), int(e))
+	case *array.Struct:
+		for f := 0; f < a.NumField(); f++ {
+			breakUTF8(a.Field(f), lo, hi)
+		}
 	}
 }

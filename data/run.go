@@ -119,7 +119,7 @@ func (r *run) execute(ctx context.Context, kept []ShardInfo) (*Manifest, error) 
 	r.logf("done: %d shards, %d sequences of %d tokens (%d loss-ON), %d tokens dropped", len(r.man.Shards), t.Sequences, L, t.LossTokens, t.DroppedTokens)
 	for _, s := range r.man.Sources {
 		if s.Stats.Documents == 0 {
-			r.logf("warning: source %q gave no document (%d records, skipped %v)", s.Name, s.Stats.Records, s.Stats.Skipped)
+			r.logf("warning: source %q gave no document (%d records; skipped: %s)", s.Name, s.Stats.Records, s.Stats.SkippedText())
 		}
 	}
 	if len(r.man.Shards) == 0 {

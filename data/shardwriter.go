@@ -11,8 +11,9 @@ import (
 )
 
 // tmpSuffix marks a shard or manifest being written; such a file is never
-// read as valid and is removed by the next run.
-const tmpSuffix = ".tmp"
+// read as valid and is removed by the next run. The suffix is this tool's
+// own, so that the cleanup never touches a user's *.tmp files.
+const tmpSuffix = ".dllm-tmp"
 
 // shardWriter streams one shard to a temporary file: tokens go straight to
 // disk, the loss mask and document index (1/32 of the size and less) are

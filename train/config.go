@@ -69,6 +69,12 @@ type DataConfig struct {
 	// Shuffle visits the training sequences in a new random order every
 	// epoch (from seed). Default true.
 	Shuffle bool `yaml:"shuffle" json:"shuffle"`
+	// AllowIncomplete trains on the good shards of a data directory whose
+	// preparation has not finished (interrupted or still running) or whose
+	// shards are missing, truncated or damaged, with a warning; otherwise
+	// such a directory is refused, so that no run trains on part of its
+	// data by accident. Applies to data.eval too. Default false.
+	AllowIncomplete bool `yaml:"allow_incomplete" json:"allow_incomplete"`
 }
 
 // UnmarshalYAML accepts `data: synthetic` as well as the mapping, and keeps
@@ -81,7 +87,7 @@ func (d *DataConfig) UnmarshalYAML(n *yaml.Node) error {
 			return err
 		}
 		if s != Synthetic {
-			return fmt.Errorf("line %d: data: %q: want %q or a mapping with train/eval/hold_out/shuffle", n.Line, s, Synthetic)
+			return fmt.Errorf("line %d: data: %q: want %q or a mapping with train/eval/hold_out/shuffle/allow_incomplete", n.Line, s, Synthetic)
 		}
 		d.Train = Synthetic
 		return nil
@@ -530,9 +536,12 @@ func resumeDiffs(old, cur *Config) []string {
 		"eval_every": true, "eval_seqs": true, "sample_every": true, "sample_prompt": true, "sample_tokens": true,
 		"log_every": true, "peak_tflops": true, "export": true, "export_dtype": true, "device": true, "threads": true,
 		"keep_layers": true}
+	// Whether incomplete data was allowed says nothing of the steps taken.
+	o, c := *old, *cur
+	o.Data.AllowIncomplete, c.Data.AllowIncomplete = false, false
 	var a, b map[string]any
-	ja, _ := json.Marshal(old)
-	jb, _ := json.Marshal(cur)
+	ja, _ := json.Marshal(o)
+	jb, _ := json.Marshal(c)
 	json.Unmarshal(ja, &a)
 	json.Unmarshal(jb, &b)
 	var diffs []string

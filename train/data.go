@@ -6,7 +6,7 @@ import (
 	"io"
 	"io/fs"
 	"math/rand/v2"
-	"path/filepath"
+	"strings"
 
 	"dllm/data"
 )
@@ -31,9 +31,11 @@ type shardSource struct {
 }
 
 // OpenData opens the data directory dir (manifest.json and its shards,
-// each fully validated) as a Source. warn receives a note when the
-// manifest says the preparation has not finished.
-func OpenData(dir string, warn func(string)) (Source, error) {
+// each fully validated) as a Source. A directory whose preparation has not
+// finished, or whose shards are missing, truncated or damaged, is refused
+// unless allowIncomplete: then its good shards are used and warn says what
+// is left out.
+func OpenData(dir string, allowIncomplete bool, warn func(string)) (Source, error) {
 	man, err := data.ReadManifest(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("train: data %s: no %s: not a prepared data directory (make one with dllm data prepare)", dir, data.ManifestFile)
@@ -41,31 +43,59 @@ func OpenData(dir string, warn func(string)) (Source, error) {
 	if err != nil {
 		return nil, fmt.Errorf("train: data: %w", err)
 	}
-	if len(man.Shards) == 0 {
-		return nil, fmt.Errorf("train: data %s: the manifest lists no shards", dir)
-	}
-	if !man.Complete && warn != nil {
-		warn(fmt.Sprintf("data %s: preparation is not complete; training on its %d finished shard(s)", dir, len(man.Shards)))
-	}
 	s := &shardSource{first: []int{0}, seqLen: man.SeqLen}
+	var problems []string
+	if !man.Complete {
+		problems = append(problems, fmt.Sprintf("its preparation has not finished (%s is not marked complete: the dllm data prepare run was interrupted, or is still going and must be waited for)", data.ManifestFile))
+	}
 	for _, info := range man.Shards {
-		sh, err := data.OpenShard(filepath.Join(dir, info.File))
+		sh, err := data.OpenRecordedShard(dir, info)
 		if err != nil {
-			s.Close()
-			return nil, fmt.Errorf("train: data: %w", err)
+			problems = append(problems, err.Error())
+			continue
 		}
-		s.shards = append(s.shards, sh)
 		if sh.SeqLen() != s.seqLen {
+			sh.Close()
 			s.Close()
 			return nil, fmt.Errorf("train: data: %s has seq_len %d, the manifest says %d", sh.Path, sh.SeqLen(), s.seqLen)
 		}
+		s.shards = append(s.shards, sh)
 		s.first = append(s.first, s.first[len(s.first)-1]+sh.NumSeqs())
+	}
+	if len(problems) > 0 {
+		if err := incomplete(dir, problems, len(s.shards), len(man.Shards), allowIncomplete, warn); err != nil {
+			s.Close()
+			return nil, err
+		}
 	}
 	if s.Len() == 0 {
 		s.Close()
 		return nil, fmt.Errorf("train: data %s: no sequences", dir)
 	}
 	return s, nil
+}
+
+// maxProblems bounds the problems an incomplete directory's message lists:
+// a directory with thousands of missing shards needs a few examples only.
+const maxProblems = 5
+
+// incomplete refuses an incomplete data directory, or with allow warns
+// that training goes on with the good shards, of which there must be some.
+func incomplete(dir string, problems []string, good, listed int, allow bool, warn func(string)) error {
+	if n := len(problems); n > maxProblems {
+		problems = append(problems[:maxProblems:maxProblems], fmt.Sprintf("%d more", n-maxProblems))
+	}
+	what := fmt.Sprintf("data %s is incomplete: %s", dir, strings.Join(problems, "; "))
+	finish := fmt.Sprintf("Finish it by running the same dllm data prepare command again (same config, --out %s; it resumes after the last good shard)", dir)
+	switch {
+	case good == 0:
+		return fmt.Errorf("train: %s, and no shard is usable. %s", what, finish)
+	case !allow:
+		return fmt.Errorf("train: %s. %s, or pass --allow-incomplete-data (data.allow_incomplete: true) to train on the %d good shard(s) of the %d the manifest lists", what, finish, good, listed)
+	case warn != nil:
+		warn(fmt.Sprintf("%s; training on the %d good shard(s) of the %d the manifest lists, as data.allow_incomplete says", what, good, listed))
+	}
+	return nil
 }
 
 func (s *shardSource) Len() int    { return s.first[len(s.first)-1] }

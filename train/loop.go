@@ -130,6 +130,11 @@ func newTrainer(cfg Config, o Options) (_ *trainer, err error) {
 		}
 	}()
 	defer torch.Recover(&err)
+	// 0. Data directories first: refusing incomplete data must not wait
+	// for the model to load.
+	if err := t.openDirs(); err != nil {
+		return nil, err
+	}
 	// 1. Device and precision.
 	if t.dev, err = resolveDevice(cfg.Device); err != nil {
 		return nil, err
@@ -319,12 +324,39 @@ func (t *trainer) loadSettings(resumeDir string) error {
 	if cfg.MaskTokenID >= 0 {
 		s.MaskTokenID = cfg.MaskTokenID
 	}
+	// The sums describe the model directory's weights, not the ones trained
+	// and checkpointed from them; Export records the sums of its own.
+	s.WeightsSHA256 = nil
 	t.settings = s
 	t.settingsRaw, _ = jsonMarshal(s)
 	return nil
 }
 
-// openData opens the training and eval sources and the loader.
+// openDirs opens the configured data directories (training and eval),
+// unless Options replace them.
+func (t *trainer) openDirs() error {
+	d := &t.cfg.Data
+	if t.o.Train == nil && d.Train != Synthetic {
+		src, err := OpenData(d.Train, d.AllowIncomplete, t.warn)
+		if err != nil {
+			return err
+		}
+		t.train = src
+		t.closers = append(t.closers, src)
+	}
+	if t.o.Eval == nil && d.Eval != "" {
+		src, err := OpenData(d.Eval, d.AllowIncomplete, t.warn)
+		if err != nil {
+			return err
+		}
+		t.eval = src
+		t.closers = append(t.closers, src)
+	}
+	return nil
+}
+
+// openData completes the sources openDirs opened (those of Options, the
+// synthetic one, hold_out) and makes the loader.
 func (t *trainer) openData(vocab int) error {
 	cfg := &t.cfg
 	switch {
@@ -332,24 +364,9 @@ func (t *trainer) openData(vocab int) error {
 		t.train = t.o.Train
 	case cfg.Data.Train == Synthetic:
 		t.train = &syntheticSource{seed: cfg.Seed, seqLen: cfg.SeqLen, vocab: vocab, avoid: int64(t.settings.MaskTokenID)}
-	default:
-		src, err := OpenData(cfg.Data.Train, t.warn)
-		if err != nil {
-			return err
-		}
-		t.train = src
-		t.closers = append(t.closers, src)
 	}
-	switch {
-	case t.o.Eval != nil:
+	if t.o.Eval != nil {
 		t.eval = t.o.Eval
-	case cfg.Data.Eval != "":
-		src, err := OpenData(cfg.Data.Eval, t.warn)
-		if err != nil {
-			return err
-		}
-		t.eval = src
-		t.closers = append(t.closers, src)
 	}
 	if h := cfg.Data.HoldOut; h > 0 && t.o.Eval == nil {
 		n := t.train.Len()

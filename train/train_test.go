@@ -59,6 +59,10 @@ func TestExport(t *testing.T) {
 	if res.Export != filepath.Join(out, "model-step-0000006") {
 		t.Fatalf("exported to %q", res.Export)
 	}
+	// The source model's sums describe its files, not the checkpoint's.
+	if b := readCheckpointFile(t, out, 6, settingsName); strings.Contains(string(b), "weights_sha256") {
+		t.Errorf("the checkpoint's settings carry the source's weight sums:\n%s", b)
+	}
 	for _, tc := range []struct {
 		name, dtype string
 		want        torch.DType
@@ -88,6 +92,9 @@ func TestExport(t *testing.T) {
 			}
 			if s.BlockSize != 4 || s.Generation.MaxStepsPerBlock != 4 || !s.Shift || s.MaskTokenID != tinyMaskID {
 				t.Errorf("dllm.json: %+v", s)
+			}
+			if err := model.VerifyWeights(context.Background(), exp, s.WeightsSHA256); err != nil || len(s.WeightsSHA256) != 1 {
+				t.Errorf("weights_sha256 %v: %v", s.WeightsSHA256, err)
 			}
 			var info TrainInfo
 			b, err := os.ReadFile(filepath.Join(exp, TrainInfoFile))
@@ -246,7 +253,7 @@ func TestShardData(t *testing.T) {
 	if _, err := data.Prepare(context.Background(), data.Options{Config: dc}); err != nil {
 		t.Fatal(err)
 	}
-	src, err := OpenData(dc.Out, nil)
+	src, err := OpenData(dc.Out, false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +274,7 @@ func TestShardData(t *testing.T) {
 	if !(res.EvalLoss > 0) || math.IsInf(res.EvalLoss, 0) {
 		t.Fatalf("eval loss %v", res.EvalLoss)
 	}
-	if _, err := OpenData(tmp, nil); err == nil || !strings.Contains(err.Error(), "dllm data prepare") {
+	if _, err := OpenData(tmp, false, nil); err == nil || !strings.Contains(err.Error(), "dllm data prepare") {
 		t.Fatalf("a directory without manifest: %v", err)
 	}
 }

@@ -105,8 +105,8 @@ func runDataPrepare(ctx context.Context, c *cli.Command) error {
 	fmt.Fprintf(w, "%s: %d shards, %d sequences x %d tokens = %d tokens (%.1f%% loss-ON), %d dropped\n",
 		cfg.Out, len(m.Shards), t.Sequences, m.SeqLen, t.Tokens, 100*float64(t.LossTokens)/float64(max(t.Tokens, 1)), t.DroppedTokens)
 	for _, s := range m.Sources {
-		fmt.Fprintf(w, "  %-12s %-4s %12d tokens  share %.3f (target %.3f)  docs %d  skipped %v  %s\n",
-			s.Name, s.Kind, s.Stats.Tokens, s.Share, s.TargetShare, s.Stats.Documents, s.Stats.Skipped, s.Stats.Done)
+		fmt.Fprintf(w, "  %-12s %-4s %12d tokens  share %.3f (target %.3f)  docs %d  skipped: %s  %s\n",
+			s.Name, s.Kind, s.Stats.Tokens, s.Share, s.TargetShare, s.Stats.Documents, s.Stats.SkippedText(), s.Stats.Done)
 	}
 	return nil
 }

@@ -36,10 +36,13 @@ func TestDataCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{out + ": ", "sequences x 128 tokens", "web", "chat", "max_tokens"} {
+	for _, want := range []string{out + ": ", "sequences x 128 tokens", "web", "chat", "max_tokens", "skipped: "} {
 		if !strings.Contains(got, want) {
 			t.Errorf("prepare output lacks %q:\n%s", want, got)
 		}
+	}
+	if strings.Contains(got, "map[") {
+		t.Errorf("prepare output shows a Go map:\n%s", got)
 	}
 	shard := filepath.Join(out, "shard-00000.bin")
 	cases := []struct {

@@ -24,6 +24,11 @@ layout, the default), ar (next-token baseline) or mdm (full-sequence masked
 diffusion). Options come from the built-in defaults, then --config (unknown
 keys are errors), then flags.
 
+Data directories of dllm data prepare are checked first: one whose
+preparation has not finished or whose shards are missing or damaged is
+refused (run the same prepare command again to finish it) unless
+--allow-incomplete-data.
+
 Writes OUT/metrics.jsonl, a checkpoint every checkpoint_every steps in
 OUT/checkpoints/step-NNNNNNN/ (weights, optimizer, RNG and data position,
 sha256 manifest; the newest keep_checkpoints are kept) and at the end a
@@ -49,6 +54,7 @@ LOCAL_RANK, MASTER_ADDR and MASTER_PORT are read). See docs/distributed.md.`,
 			&cli.StringFlag{Name: "model", Usage: "model `DIR` to start from (overrides model)"},
 			&cli.StringFlag{Name: "data", Usage: "training data `DIR` from dllm data prepare, or synthetic (overrides data.train)"},
 			&cli.BoolFlag{Name: "synthetic", Usage: "train on random tokens (speed runs; needs seq_len)"},
+			&cli.BoolFlag{Name: "allow-incomplete-data", Usage: "train on the good shards of data whose preparation has not finished or whose shards are missing or damaged (sets data.allow_incomplete)"},
 			&cli.IntFlag{Name: "seq-len", Usage: "tokens per sequence (overrides seq_len)"},
 			&cli.IntFlag{Name: "micro-batch", Usage: "sequences per forward (overrides micro_batch)"},
 			&cli.IntFlag{Name: "grad-accum", Usage: "micro-batches per step (overrides grad_accum)"},
@@ -78,24 +84,25 @@ func runTrain(ctx context.Context, c *cli.Command) error {
 		return err
 	}
 	for name, set := range map[string]func(){
-		"steps":         func() { cfg.Steps = c.Int("steps") },
-		"out":           func() { cfg.Out = c.String("out") },
-		"device":        func() { cfg.Device = c.String("device") },
-		"dtype":         func() { cfg.DType = c.String("dtype") },
-		"model":         func() { cfg.Model = c.String("model") },
-		"data":          func() { cfg.Data.Train = c.String("data") },
-		"synthetic":     func() { cfg.Data.Train = train.Synthetic },
-		"seq-len":       func() { cfg.SeqLen = c.Int("seq-len") },
-		"micro-batch":   func() { cfg.MicroBatch = c.Int("micro-batch") },
-		"grad-accum":    func() { cfg.GradAccum = c.Int("grad-accum") },
-		"lr":            func() { cfg.LR = c.Float("lr") },
-		"seed":          func() { cfg.Seed = c.Uint64("seed") },
-		"no-export":     func() { cfg.Export = false },
-		"block-size":    func() { cfg.BlockSchedule = []train.BlockStage{{Step: 0, Size: c.Int("block-size")}} },
-		"init":          func() { cfg.Init = c.String("init") },
-		"model-config":  func() { cfg.ModelConfig = c.String("model-config") },
-		"log-every":     func() { cfg.LogEvery = c.Int("log-every") },
-		"no-checkpoint": func() { cfg.CheckpointEvery, cfg.Export = -1, false },
+		"steps":                 func() { cfg.Steps = c.Int("steps") },
+		"out":                   func() { cfg.Out = c.String("out") },
+		"device":                func() { cfg.Device = c.String("device") },
+		"dtype":                 func() { cfg.DType = c.String("dtype") },
+		"model":                 func() { cfg.Model = c.String("model") },
+		"data":                  func() { cfg.Data.Train = c.String("data") },
+		"synthetic":             func() { cfg.Data.Train = train.Synthetic },
+		"allow-incomplete-data": func() { cfg.Data.AllowIncomplete = c.Bool("allow-incomplete-data") },
+		"seq-len":               func() { cfg.SeqLen = c.Int("seq-len") },
+		"micro-batch":           func() { cfg.MicroBatch = c.Int("micro-batch") },
+		"grad-accum":            func() { cfg.GradAccum = c.Int("grad-accum") },
+		"lr":                    func() { cfg.LR = c.Float("lr") },
+		"seed":                  func() { cfg.Seed = c.Uint64("seed") },
+		"no-export":             func() { cfg.Export = false },
+		"block-size":            func() { cfg.BlockSchedule = []train.BlockStage{{Step: 0, Size: c.Int("block-size")}} },
+		"init":                  func() { cfg.Init = c.String("init") },
+		"model-config":          func() { cfg.ModelConfig = c.String("model-config") },
+		"log-every":             func() { cfg.LogEvery = c.Int("log-every") },
+		"no-checkpoint":         func() { cfg.CheckpointEvery, cfg.Export = -1, false },
 	} {
 		if c.IsSet(name) {
 			set()

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"dllm/data"
 	"dllm/diffusion"
 	"dllm/model"
 	"dllm/torch"
@@ -71,5 +73,59 @@ func TestTrainAndExportCommands(t *testing.T) {
 	}
 	if _, _, err := runTrainCmds(t, "train", "--config", cfg, "--set", "lr_shedule=wsd"); err == nil || !strings.Contains(err.Error(), "lr_shedule") {
 		t.Fatalf("misspelt --set key: %v", err)
+	}
+}
+
+// TestTrainIncompleteData: training on a data directory whose preparation
+// was interrupted is refused, before the model loads, unless the flag or
+// the config key allows it.
+func TestTrainIncompleteData(t *testing.T) {
+	if err := torch.Load(); err != nil {
+		t.Skip(err)
+	}
+	tmp := t.TempDir()
+	dir := filepath.Join(tmp, "data")
+	dc := data.DefaultConfig()
+	dc.Tokenizer, dc.Out, dc.SeqLen, dc.ShardTokens, dc.Workers = convertFixture, dir, 16, 16*2, 1
+	dc.Sources = []data.SourceConfig{{Name: "c", Kind: data.KindText, Paths: []string{"../../testdata/corpus/tiny.jsonl"}}}
+	stop := func(int) error { return errors.New("interrupted") }
+	if _, err := data.Prepare(context.Background(), data.Options{Config: dc, AfterShard: stop}); err == nil {
+		t.Fatal("prepare was not interrupted")
+	}
+	noModel := filepath.Join(tmp, "no-model")
+	base := "model: " + noModel + "\nsteps: 1\ndevice: cpu\ndata:\n  train: " + dir + "\n"
+	cfg, allowing := filepath.Join(tmp, "train.yaml"), filepath.Join(tmp, "allowing.yaml")
+	for path, text := range map[string]string{cfg: base, allowing: base + "  allow_incomplete: true\n"} {
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cases := []struct {
+		name    string
+		config  string
+		args    []string
+		allowed bool
+	}{
+		{"refused", cfg, nil, false},
+		{"flag", cfg, []string{"--allow-incomplete-data"}, true},
+		{"--set", cfg, []string{"--set", "data.allow_incomplete=true"}, true},
+		{"config file", allowing, nil, true},
+		{"flag over the file", allowing, []string{"--allow-incomplete-data=false"}, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			args := append([]string{"train", "--config", c.config, "--out", filepath.Join(tmp, c.name)}, c.args...)
+			_, stderr, err := runTrainCmds(t, args...)
+			if err == nil {
+				t.Fatal("trained without a model")
+			}
+			refused := strings.Contains(err.Error(), "is incomplete") && strings.Contains(err.Error(), "--allow-incomplete-data")
+			if refused == c.allowed {
+				t.Fatalf("allowed %v, error: %v", c.allowed, err)
+			}
+			if c.allowed && (!strings.Contains(err.Error(), noModel) || !strings.Contains(stderr, "warning: data "+dir+" is incomplete")) {
+				t.Fatalf("allowed: the run should warn, then fail on the model: %v\n%s", err, stderr)
+			}
+		})
 	}
 }
