@@ -1,13 +1,20 @@
 package serve
 
 import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"dllm/diffusion"
+	"dllm/torch"
 )
 
 // tinyModelFiles makes a dllm model directory from testdata/tiny-llama
@@ -95,4 +102,66 @@ func readFile(t *testing.T, path string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestLoadVerifies: Load refuses weights whose bytes differ from the sha256
+// dllm.json records, and weights holding NaN even with no sum recorded;
+// with Verify off it loads them as they are.
+func TestLoadVerifies(t *testing.T) {
+	if err := torch.Load(); err != nil {
+		t.Skip(err)
+	}
+	good := readFile(t, filepath.Join(tinyDir, "model.safetensors"))
+	dataStart := 8 + int(binary.LittleEndian.Uint64(good))
+	sum := sha256.Sum256(good)
+	flipped := slices.Clone(good)
+	flipped[dataStart+100] ^= 0x04
+	withNaN := slices.Clone(good)
+	binary.LittleEndian.PutUint32(withNaN[dataStart+64:], math.Float32bits(float32(math.NaN())))
+	cases := []struct {
+		name    string
+		weights []byte
+		record  bool // dllm.json records the good file's sha256
+		verify  bool
+		want    string // "" = loads
+	}{
+		{"good, recorded", good, true, true, ""},
+		{"good, not recorded", good, false, true, ""},
+		{"a flipped bit", flipped, true, true, "sha256"},
+		{"a flipped bit, not verified", flipped, true, false, ""},
+		{"NaN, not recorded", withNaN, false, true, "NaN"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := tinyModelFiles(t, nil)
+			os.Remove(filepath.Join(dir, "model.safetensors"))
+			if err := os.WriteFile(filepath.Join(dir, "model.safetensors"), c.weights, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if c.record {
+				s, err := diffusion.LoadSettings(dir)
+				if err != nil {
+					t.Fatal(err)
+				}
+				s.WeightsSHA256 = map[string]string{"model.safetensors": hex.EncodeToString(sum[:])}
+				if err := s.Save(dir); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ck, err := Check(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := ck.Load(context.Background(), LoadOptions{Device: torch.CPU, DType: torch.Float32, Verify: c.verify})
+			if m != nil && m.Close != nil {
+				defer m.Close()
+			}
+			switch {
+			case c.want == "" && err != nil:
+				t.Fatalf("Load: %v", err)
+			case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+				t.Fatalf("Load: %v, want an error about %q", err, c.want)
+			}
+		})
+	}
 }

@@ -132,6 +132,11 @@ type LoadOptions struct {
 	// MaxModelLen caps prompt plus generated tokens; 0 or more than the
 	// model's max_position_embeddings means max_position_embeddings.
 	MaxModelLen int
+	// Verify checks the weights files while they load: their sha256
+	// against dllm.json's weights_sha256 where it records them, and every
+	// value for NaN and infinities (model.VerifyWeights). Damaged weights
+	// are then a start-up error instead of garbage or empty answers.
+	Verify bool
 	// Warmup makes, on a GPU, the decoder for the whole context
 	// (diffusion.Sampler's Reserve) and runs one short generation before
 	// the model is reported ready, so that the first request does not pay
@@ -148,11 +153,25 @@ func (c *Checked) ContextLength(maxModelLen int) int {
 	return n
 }
 
-// Load reads the weights onto the device and builds the sampler.
+// Load reads the weights onto the device, verifying them meanwhile when
+// o.Verify, and builds the sampler.
 func (c *Checked) Load(ctx context.Context, o LoadOptions) (*Model, error) {
+	// The check reads the files a second time, beside the load, so it
+	// costs about the slower of the two rather than their sum.
+	verified := make(chan error, 1)
+	if o.Verify {
+		go func() { verified <- model.VerifyWeights(ctx, c.Dir, c.Settings.WeightsSHA256) }()
+	} else {
+		verified <- nil
+	}
 	lm, err := model.Load(c.Dir, model.LoadOptions{Device: o.Device, DType: o.DType})
+	verr := <-verified
 	if err != nil {
 		return nil, err
+	}
+	if verr != nil {
+		lm.Free()
+		return nil, fmt.Errorf("the weights are damaged, not serving them: %w", verr)
 	}
 	eng := newEngine(lm, c.Settings)
 	g := c.Settings.Generation

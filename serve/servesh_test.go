@@ -70,3 +70,39 @@ func TestServeShPortTaken(t *testing.T) {
 		t.Errorf("no word of the port being in use:\n%s", out.String())
 	}
 }
+
+// TestServeRefusesDamagedWeights: `dllm serve` on a converted model one of
+// whose weight bits has flipped since conversion exits non-zero, saying
+// so, instead of serving it.
+func TestServeRefusesDamagedWeights(t *testing.T) {
+	bin := needBinary(t)
+	dir := filepath.Join(t.TempDir(), "tiny")
+	if out, err := exec.Command(bin, "convert", "--from", tinyDir, "--out", dir, "--block-size", "4", "--hash", "full").CombinedOutput(); err != nil {
+		t.Fatalf("convert: %v\n%s", err, out)
+	}
+	// A new file in place of the (perhaps hard-linked) converted one, so
+	// that the fixture itself is left alone.
+	path := filepath.Join(dir, "model.safetensors")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)-5] ^= 0x10
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "serve", "--model", dir, "--host", "127.0.0.1", "--port", "0", "--device", "cpu", "--dtype", "f32")
+	cmd.Env = append(os.Environ(), "DLLM_TORCH_LIB="+torch.ShimPath())
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil || err == nil {
+		t.Fatalf("serve on damaged weights: %v (want a non-zero exit)\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "damaged") || !strings.Contains(string(out), "sha256") {
+		t.Errorf("no word of the damage:\n%s", out)
+	}
+}

@@ -47,6 +47,7 @@ See docs/serve.md.`,
 			&cli.IntFlag{Name: "max-connections", Value: serve.DefaultMaxConnections, Usage: "most open client connections (lowered to fit the open-file limit); at the limit idle ones are closed"},
 			&cli.StringFlag{Name: "api-key", Sources: cli.EnvVars("DLLM_API_KEY"), Usage: "require this key (Authorization: Bearer KEY) on every route but /health; see also --api-key-file"},
 			&cli.StringFlag{Name: "api-key-file", Usage: "read the API key from the first line of `FILE`, which keeps it out of ps and the environment"},
+			&cli.BoolFlag{Name: "verify", Value: true, Usage: "while loading, check the weights against dllm.json's weights_sha256 and for NaN/Inf (about one sha256 pass over the files, beside the load); --verify=false skips it"},
 			&cli.BoolFlag{Name: "no-warmup", Usage: "skip the warm-up before reporting ready (a short generation; on a GPU the KV cache and graphs of the whole context)"},
 			&cli.BoolFlag{Name: "log-json", Usage: "log JSON lines instead of text"},
 			&cli.BoolFlag{Name: "debug-stats", Usage: "serve GET /debug/stats (goroutines, memory, open files, live tensors) for load tests"},
@@ -138,7 +139,10 @@ func runServe(ctx context.Context, c *cli.Command) error {
 		ShutdownGrace:    c.Duration("shutdown-grace"),
 		APIKey:           apiKey,
 	}
-	opts := serve.LoadOptions{Device: dev, DType: dt, MaxModelLen: c.Int("max-model-len"), Warmup: !c.Bool("no-warmup")}
+	if c.Bool("verify") && len(checked.Settings.WeightsSHA256) == 0 {
+		log.Info("dllm.json records no weights_sha256 (converted with --hash fast, or by an older dllm): the weights are checked for NaN/Inf only")
+	}
+	opts := serve.LoadOptions{Device: dev, DType: dt, MaxModelLen: c.Int("max-model-len"), Warmup: !c.Bool("no-warmup"), Verify: c.Bool("verify")}
 	return serve.Run(ctx, ln, cfg, func(ctx context.Context) (*serve.Model, error) {
 		return checked.Load(ctx, opts)
 	})
