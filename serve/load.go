@@ -155,27 +155,37 @@ func (c *Checked) ContextLength(maxModelLen int) int {
 
 // Load reads the weights onto the device, verifying them meanwhile when
 // o.Verify, and builds the sampler.
-func (c *Checked) Load(ctx context.Context, o LoadOptions) (*Model, error) {
-	// The check reads the files a second time, beside the load, so it
-	// costs about the slower of the two rather than their sum.
+func (c *Checked) Load(ctx context.Context, o LoadOptions) (m *Model, err error) {
+	// The check reads the files a second time, beside the load, the KV
+	// cache and the warm-up, so it costs about the slower of the two
+	// rather than their sum. Every return waits for it; an early one
+	// cancels it first.
+	vctx, cancel := context.WithCancel(ctx)
 	verified := make(chan error, 1)
 	if o.Verify {
-		go func() { verified <- model.VerifyWeights(ctx, c.Dir, c.Settings.WeightsSHA256) }()
+		go func() { verified <- model.VerifyWeights(vctx, c.Dir, c.Settings.WeightsSHA256) }()
 	} else {
 		verified <- nil
 	}
+	defer func() {
+		if err != nil {
+			cancel()
+		}
+		verr := <-verified
+		cancel()
+		if err == nil && verr != nil {
+			m.Close()
+			m, err = nil, fmt.Errorf("the weights are damaged, not serving them: %w", verr)
+		}
+	}()
+
 	lm, err := model.Load(c.Dir, model.LoadOptions{Device: o.Device, DType: o.DType})
-	verr := <-verified
 	if err != nil {
 		return nil, err
 	}
-	if verr != nil {
-		lm.Free()
-		return nil, fmt.Errorf("the weights are damaged, not serving them: %w", verr)
-	}
 	eng := newEngine(lm, c.Settings)
 	g := c.Settings.Generation
-	m := &Model{
+	m = &Model{
 		Engine:    eng,
 		Tokenizer: c.Tokenizer,
 		Defaults: diffusion.Options{
