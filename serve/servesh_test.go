@@ -10,19 +10,19 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"dllm/torch"
 )
 
-// TestServeShPortTaken: with the port held by another HTTP server that
-// answers /health, serve.sh must not report that server as its own: it
-// exits non-zero, saying the port is in use, and prints no ready line.
-func TestServeShPortTaken(t *testing.T) {
+// serveShRoot is a copy of the repository's layout for serve.sh to run
+// from, with the test's binary and the shim in bin/, so that it builds
+// nothing, and the demo model.
+func serveShRoot(t *testing.T) string {
+	t.Helper()
 	bin := needBinary(t)
-	// serve.sh runs from a copy of the repository's layout, with the test's
-	// binary, so that it builds nothing.
 	root := t.TempDir()
 	script, err := os.ReadFile(filepath.Join("..", "serve.sh"))
 	if err != nil {
@@ -41,7 +41,63 @@ func TestServeShPortTaken(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	return root
+}
 
+// TestServeShAPIKey: serve.sh hands DLLM_API_KEY to the server: without
+// the key only /health answers.
+func TestServeShAPIKey(t *testing.T) {
+	root := serveShRoot(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	cmd := exec.Command(filepath.Join(root, "serve.sh"), "--host", "127.0.0.1", "--port", strconv.Itoa(port), "--device", "cpu", "--dtype", "f32")
+	cmd.Env = append(os.Environ(), "DLLM_HOME="+filepath.Join(root, "home"), "DLLM_MODEL=", "DLLM_TORCH_LIB=", "DLLM_API_KEY=sk-sh")
+	var out syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Signal(syscall.SIGTERM); cmd.Wait() }()
+	url := "http://127.0.0.1:" + strconv.Itoa(port)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		resp, err := http.Get(url + "/health")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not ready after a minute:\n%s", out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for auth, want := range map[string]int{"": 401, "Bearer nope": 401, "Bearer sk-sh": 200} {
+		req, _ := http.NewRequest("GET", url+"/v1/models", nil)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("Authorization %q: %d, want %d", auth, resp.StatusCode, want)
+		}
+	}
+}
+
+// TestServeShPortTaken: with the port held by another HTTP server that
+// answers /health, serve.sh must not report that server as its own: it
+// exits non-zero, saying the port is in use, and prints no ready line.
+func TestServeShPortTaken(t *testing.T) {
+	root := serveShRoot(t)
 	other, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
