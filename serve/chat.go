@@ -102,22 +102,13 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	if m == nil {
 		return
 	}
-	body, e := readBody(w, r, s.cfg.MaxBodyBytes)
-	if e != nil {
-		writeError(w, e)
-		return
-	}
-	done, e := s.gate.enter(r.Context(), len(body))
-	if e != nil {
-		statsOf(w).err = "busy preparing"
-		writeError(w, e)
-		return
-	}
 	var req chatRequest
-	p, prompt, e := s.chatParams(m, body, &req)
-	done()
-	if e != nil {
-		writeError(w, e)
+	var p *genParams
+	var prompt string
+	if !s.prepare(w, r, func(body []byte) (e *apiError) {
+		p, prompt, e = s.chatParams(m, body, &req)
+		return e
+	}) {
 		return
 	}
 	c := &chatResponder{s: s, w: w, id: "chatcmpl-" + randomID(), created: nowUnix(), split: newSplitter(promptOpensThink(prompt))}

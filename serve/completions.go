@@ -69,22 +69,12 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 	if m == nil {
 		return
 	}
-	body, e := readBody(w, r, s.cfg.MaxBodyBytes)
-	if e != nil {
-		writeError(w, e)
-		return
-	}
-	done, e := s.gate.enter(r.Context(), len(body))
-	if e != nil {
-		statsOf(w).err = "busy preparing"
-		writeError(w, e)
-		return
-	}
 	var req completionRequest
-	p, e := s.completionParams(m, body, &req)
-	done()
-	if e != nil {
-		writeError(w, e)
+	var p *genParams
+	if !s.prepare(w, r, func(body []byte) (e *apiError) {
+		p, e = s.completionParams(m, body, &req)
+		return e
+	}) {
 		return
 	}
 	c := &completionResponder{s: s, w: w, id: "cmpl-" + randomID(), created: nowUnix()}

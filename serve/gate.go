@@ -74,3 +74,24 @@ func (g *gate) enter(ctx context.Context, size int) (func(), *apiError) {
 		}
 	}, nil
 }
+
+// prepare reads the request's body and hands it to parse (decoding,
+// templating, tokenizing) inside the gate. On failure it writes the error
+// and reports false.
+func (s *Server) prepare(w http.ResponseWriter, r *http.Request, parse func(body []byte) *apiError) bool {
+	body, e := readBody(w, r, s.cfg.MaxBodyBytes)
+	if e == nil {
+		var done func()
+		if done, e = s.gate.enter(r.Context(), len(body)); e != nil {
+			statsOf(w).err = "busy preparing"
+		} else {
+			e = parse(body)
+			done()
+		}
+	}
+	if e != nil {
+		writeError(w, e)
+		return false
+	}
+	return true
+}
