@@ -30,7 +30,19 @@ type Item struct {
 	// a letter A, B, ... and chance is 1/len(choices) unless tasks.json
 	// says otherwise.
 	Choices []string `json:"choices,omitempty"`
+	// Format, when set, says how the answer is read and scored: "list"
+	// (integers separated by commas, compared in order) or "program" (a
+	// Python function in a fenced code block, run against the one in
+	// Answer with RunFunction). Empty: a letter with Choices, else a
+	// number or text.
+	Format string `json:"format,omitempty"`
 }
+
+// Item formats with their own scoring.
+const (
+	FormatList    = "list"
+	FormatProgram = "program"
+)
 
 // TaskInfo is what a tasks.json beside the eval file says about a task
 // (the file `dllm data synth` writes); only the fields eval uses.
@@ -98,6 +110,15 @@ func (it *Item) check() error {
 		if m.Role == "" {
 			return fmt.Errorf("item %s: messages[%d] has no role", it.ID, i)
 		}
+	}
+	switch it.Format {
+	case "", FormatList:
+	case FormatProgram:
+		if _, err := RunFunction(it.Answer, 1); err != nil {
+			return fmt.Errorf("item %s: the reference program does not run: %w", it.ID, err)
+		}
+	default:
+		return fmt.Errorf("item %s: format %q: want %s, %s or none", it.ID, it.Format, FormatList, FormatProgram)
 	}
 	if len(it.Choices) > 0 {
 		if l, ok := letterOf(it.Answer); !ok || int(l-'A') >= len(it.Choices) {

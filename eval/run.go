@@ -157,7 +157,7 @@ func ask(ctx context.Context, o *Options, it *Item) ItemResult {
 			r.Steps = u.DLLM.Steps
 		}
 	}
-	r.Got, r.Extracted = Extract(r.Content, r.Reasoning)
+	r.Got, r.Extracted = ExtractFor(it, r.Content, r.Reasoning)
 	r.Correct = r.Extracted && Correct(it, r.Got)
 	return r
 }

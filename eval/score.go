@@ -39,10 +39,26 @@ func lastAnswer(s string) (string, bool) {
 	return a, a != ""
 }
 
+// ExtractFor is Extract for the item's format: a program answer is the
+// reply's last fenced code block.
+func ExtractFor(it *Item, content, reasoning string) (string, bool) {
+	if it.Format == FormatProgram {
+		return extractProgram(content)
+	}
+	return Extract(content, reasoning)
+}
+
 // Correct says whether got (an extracted answer) matches the item: by
-// letter for multiple choice, as a number when the expected answer is one,
-// else as trimmed text.
+// letter for multiple choice, as a list of numbers or by running a program
+// when the item's format says so, as a number when the expected answer is
+// one, else as trimmed text.
 func Correct(it *Item, got string) bool {
+	switch it.Format {
+	case FormatList:
+		return sameList(got, it.Answer)
+	case FormatProgram:
+		return sameFunction(got, it.Answer)
+	}
 	if len(it.Choices) > 0 {
 		g, ok1 := letterOf(got)
 		w, ok2 := letterOf(it.Answer)
@@ -129,4 +145,21 @@ func letterOf(s string) (byte, bool) {
 		}
 	}
 	return c, true
+}
+
+// sameList compares two comma-separated lists of numbers element by
+// element ("7, 19, 42" = "7,19,42."); a list with anything else is wrong.
+func sameList(got, want string) bool {
+	g, w := strings.Split(strings.TrimRight(strings.TrimSpace(got), "."), ","), strings.Split(want, ",")
+	if len(g) != len(w) {
+		return false
+	}
+	for i := range g {
+		a, ok1 := NormalizeNumber(g[i])
+		b, ok2 := NormalizeNumber(w[i])
+		if !ok1 || !ok2 || a != b {
+			return false
+		}
+	}
+	return true
 }

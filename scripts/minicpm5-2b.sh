@@ -385,7 +385,7 @@ fi
 # --- 2. distill --------------------------------------------------------------
 if [ "$REHEARSAL" = 1 ] && [ "$DRY" = 0 ] && [ ! -f "$OUT/synth/tasks.json" ]; then
 	# The rehearsal's prompts and dev set: exact-answer tasks (docs/proxy.md).
-	"$BIN" data synth --out "$OUT/synth" --train 100 --heldout 10 --seed 0 >"$LOGS/synth.log"
+	"$BIN" data synth --out "$OUT/synth" --tasks v1 --train 100 --heldout 10 --seed 0 >"$LOGS/synth.log"
 fi
 header "distill $(commas "$DISTILL_N") prompts with the original model" \
 	"$(commas "$DISTILL_N") x ~$AVG_ANSWER tokens / $(commas "$TEACHER_TPS") tok/s = $(dur "$(secs_for "$((DISTILL_N * AVG_ANSWER))" "$TEACHER_TPS")")$([ -z "$TEACHER_URL" ] && [ "$TINY" = 0 ] && echo " with dllm serve ($LOCAL_TPS tok/s, one stream)")$([ "$SHAPE" = 1 ] && echo ", plus ~10 s to load the teacher")"
@@ -586,7 +586,7 @@ else
 	if [ "$REHEARSAL" = 0 ] && [ ! -f "$EVAL_TASKS" ]; then
 		# Exact-answer reasoning tasks generated here: a dev set that is no
 		# benchmark's split (docs/proxy.md).
-		run "$BIN" data synth --out "$EVAL/synth" --train 0 --heldout "$EVAL_ITEMS" --seed 11
+		run "$BIN" data synth --out "$EVAL/synth" --tasks v1 --train 0 --heldout "$EVAL_ITEMS" --seed 11
 	fi
 	eport=$(free_port 18620)
 	eval_args=(--tasks "$EVAL_TASKS" --concurrency 1 --max-tokens "$EVAL_MAX_TOKENS" --temperature 0 --limit "$EVAL_ITEMS")

@@ -19,7 +19,12 @@
 #   SIZE             cpu (configs/proxy/, served on the CPU in f32) or gpu
 #                    (configs/proxy/gpu/, served with --device cuda in bf16)
 #   PROXY_OUT        work directory (out/proxy, or out/proxy-gpu for SIZE=gpu)
-#   TRAIN, HELDOUT   synthetic problems per task (6000, 100)
+#   TASKS            the task set: v1 (add, mul, mcq, trace: the recorded
+#                    results) or v2 (free widths, lists, long work, prose,
+#                    code, with a dev split and plain-text stories)
+#   TRAIN, HELDOUT   synthetic problems per task (6000, 100); DEV (100) for v2
+#   TEXT             stories for v2's plain-text share (20000)
+#   MAX_TOKENS       the eval's max_tokens (320 for v1; v2: 512, 1536 with SIZE=gpu)
 #   TEACHER_SET      extra --set KEY=VALUE words for the teacher's training
 #   DIFF_SET         extra --set KEY=VALUE words for the diffusion training
 #   THRESHOLD        the diffusion model's denoising threshold (0.97; "" for dllm.json's)
@@ -41,6 +46,18 @@ gpu) CONF=configs/proxy/gpu OUT=${PROXY_OUT:-out/proxy-gpu} SERVE=(--device cuda
 esac
 TRAIN=${TRAIN:-6000}
 HELDOUT=${HELDOUT:-100}
+TASKS=${TASKS:-v1}
+case "$TASKS" in
+v1) DATA_CONF=configs/proxy/data.yaml SYNTH=() MAX_TOKENS=${MAX_TOKENS:-320} ;;
+v2)
+	DATA_CONF=$CONF/data-v2.yaml SYNTH=(--size "${SIZE:-cpu}" --dev "${DEV:-100}" --text "${TEXT:-20000}")
+	MAX_TOKENS=${MAX_TOKENS:-$([ "${SIZE:-cpu}" = gpu ] && echo 1536 || echo 512)}
+	;;
+*)
+	echo "proxy: TASKS must be v1 or v2, not '$TASKS'" >&2
+	exit 2
+	;;
+esac
 PORT=${PORT:-18400}
 TOK=testdata/tiny-llama
 
@@ -76,13 +93,13 @@ if [ "${KEEP:-0}" = 0 ]; then
 
 	# 1. Data: the tasks, and the training chats packed with the tokenizer.
 	t=$(stamp)
-	"$BIN" data synth --out "$OUT/synth" --train "$TRAIN" --heldout "$HELDOUT" --seed 0 >&2
+	"$BIN" data synth --out "$OUT/synth" --tasks "$TASKS" ${SYNTH[@]+"${SYNTH[@]}"} --train "$TRAIN" --heldout "$HELDOUT" --seed 0 >&2
 	# The teacher's starting directory: its shape and the tiny tokenizer
 	# (train reads config.json; export copies the tokenizer from here).
 	mkdir -p "$OUT/teacher-init"
 	cp "$CONF/teacher-config.json" "$OUT/teacher-init/config.json"
 	cp "$TOK"/tokenizer.json "$TOK"/tokenizer_config.json "$TOK"/generation_config.json "$OUT/teacher-init/"
-	sed "s#out/proxy/#$OUT/#g" configs/proxy/data.yaml >"$OUT/data.yaml"
+	sed "s#out/proxy/#$OUT/#g" "$DATA_CONF" >"$OUT/data.yaml"
 	"$BIN" data prepare --config "$OUT/data.yaml" >&2
 	SECS[data]=$(($(stamp) - t))
 
@@ -131,7 +148,7 @@ evaluate() { # name model port [eval options...]
 		sleep 0.2
 	done
 	"$BIN" eval --server "http://127.0.0.1:$port" --tasks "$OUT/synth/heldout.jsonl" --concurrency 1 \
-		--max-tokens 320 --temperature 0 --out "$OUT/$name.json" "$@" | tee "$OUT/$name.txt"
+		--max-tokens "$MAX_TOKENS" --temperature 0 --out "$OUT/$name.json" "$@" | tee "$OUT/$name.txt"
 	stop_server
 }
 t=$(stamp)

@@ -12,6 +12,11 @@ const (
 	FormatNumber = "number"
 	// FormatLetter is a choice letter ("Answer: C").
 	FormatLetter = "letter"
+	// FormatList is integers separated by commas ("Answer: 7, 19, 42").
+	FormatList = "list"
+	// FormatProgram is a Python function in a fenced code block, scored
+	// by running it against the reference (eval.RunFunction).
+	FormatProgram = "program"
 )
 
 // AnswerPrefix starts the final answer in an assistant's content.
@@ -29,15 +34,46 @@ type Problem struct {
 	Prompt string
 	// Reasoning is the step-by-step work (the assistant's reasoning_content).
 	Reasoning string
-	// Answer is the exact final answer: digits, or a choice letter.
+	// Answer is the exact final answer: digits, a choice letter, a list,
+	// or for FormatProgram the reference program.
 	Answer string
 	// Choices are the option texts of a multiple-choice problem, in the
 	// order they are lettered A, B, ...; nil otherwise.
 	Choices []string
 }
 
-// Content is the assistant's final message: the answer after AnswerPrefix.
-func (p *Problem) Content() string { return AnswerPrefix + p.Answer }
+// Content is the assistant's final message: the answer after AnswerPrefix,
+// or a program in a fenced code block.
+func (p *Problem) Content() string {
+	if strings.HasPrefix(p.Answer, "def ") {
+		return "```python\n" + p.Answer + "\n```"
+	}
+	return AnswerPrefix + p.Answer
+}
+
+// Size scales the families of the second task set: the lengths of their
+// problems. The first set's tasks have one size.
+type Size struct {
+	// Name is "cpu" or "gpu".
+	Name string
+	// SumTerms, SortLen, LedgerDays, CodeOps and WordSteps bound (min, max)
+	// a problem's terms, list length, days, operations and word-problem
+	// steps.
+	SumTerms, SortLen, LedgerDays, CodeOps, WordSteps [2]int
+	// SumDigits bounds an operand's digits.
+	SumDigits [2]int
+}
+
+// Sizes are the two problem sizes: the CPU proxy's, short enough for
+// 512-token sequences and a 330k-parameter teacher, and the GPU proxy's,
+// whose ledgers run to about a thousand tokens of work.
+var Sizes = map[string]Size{
+	"cpu": {Name: "cpu", SumTerms: [2]int{2, 3}, SumDigits: [2]int{1, 3}, SortLen: [2]int{3, 5}, LedgerDays: [2]int{3, 8}, CodeOps: [2]int{2, 3}, WordSteps: [2]int{1, 2}},
+	"gpu": {Name: "gpu", SumTerms: [2]int{2, 4}, SumDigits: [2]int{1, 4}, SortLen: [2]int{3, 8}, LedgerDays: [2]int{8, 30}, CodeOps: [2]int{2, 5}, WordSteps: [2]int{1, 3}},
+}
+
+// between draws an int in [b[0], b[1]].
+func between(r *rand.Rand, b [2]int) int { return b[0] + r.IntN(b[1]-b[0]+1) }
 
 // Task is a problem generator with its scoring facts.
 type Task struct {
@@ -49,22 +85,40 @@ type Task struct {
 	Chance float64
 	// Format is FormatNumber or FormatLetter.
 	Format string
-	gen    func(r *rand.Rand) Problem
+	gen    func(r *rand.Rand, s Size) Problem
 }
 
-// Generate draws one problem from r.
-func (t *Task) Generate(r *rand.Rand) Problem {
-	p := t.gen(r)
+// Generate draws one problem of size s from r.
+func (t *Task) Generate(r *rand.Rand, s Size) Problem {
+	p := t.gen(r, s)
 	p.Task = t.Name
 	return p
 }
 
-// tasks is every task, in the default order.
+// sized adapts a generator of the first set, which has one size.
+func sized(gen func(r *rand.Rand) Problem) func(*rand.Rand, Size) Problem {
+	return func(r *rand.Rand, _ Size) Problem { return gen(r) }
+}
+
+// tasks is every task: the first set (one width per answer, short work),
+// then the second (free widths, lists, long work, prose, code).
 var tasks = []*Task{
-	{Name: "add", Description: "4-digit sum of two 3-digit numbers, column addition with carries", Chance: 0, Format: FormatNumber, gen: genAdd},
-	{Name: "mul", Description: "4-digit product of a 3-digit number and a digit 2-9: a partial-product row of long multiplication, digit by digit with carries", Chance: 0, Format: FormatNumber, gen: genMul},
-	{Name: "mcq", Description: "which of four 2-digit numbers is the largest (or smallest), by running comparison", Chance: 0.25, Format: FormatLetter, gen: genMCQ},
-	{Name: "trace", Description: "final value of a chain of four assignments of 2-digit values (a=14, b=a+3, c=b*2, d=c-5)", Chance: 0, Format: FormatNumber, gen: genTrace},
+	{Name: "add", Description: "4-digit sum of two 3-digit numbers, column addition with carries", Chance: 0, Format: FormatNumber, gen: sized(genAdd)},
+	{Name: "mul", Description: "4-digit product of a 3-digit number and a digit 2-9: a partial-product row of long multiplication, digit by digit with carries", Chance: 0, Format: FormatNumber, gen: sized(genMul)},
+	{Name: "mcq", Description: "which of four 2-digit numbers is the largest (or smallest), by running comparison", Chance: 0.25, Format: FormatLetter, gen: sized(genMCQ)},
+	{Name: "trace", Description: "final value of a chain of four assignments of 2-digit values (a=14, b=a+3, c=b*2, d=c-5)", Chance: 0, Format: FormatNumber, gen: sized(genTrace)},
+	{Name: "sum", Description: "sum of 2-4 numbers of 1-4 digits, column by column: answers of any width", Chance: 0, Format: FormatNumber, gen: genSum},
+	{Name: "sort", Description: "a list of distinct numbers of 1-3 digits sorted up or down, by repeated selection: the answer is a list", Chance: 0, Format: FormatList, gen: genSort},
+	{Name: "ledger", Description: "a stock counted through many days of sales and deliveries, in prose: the longest work", Chance: 0, Format: FormatNumber, gen: genLedger},
+	{Name: "word", Description: "word problems in prose (bags, sharing, losing and finding, comparing)", Chance: 0, Format: FormatNumber, gen: genWord},
+	{Name: "code", Description: "a Python function from a description in words, scored by running it", Chance: 0, Format: FormatProgram, gen: genCode},
+}
+
+// TaskSets name groups of tasks for --tasks: v1, the first proxy's tasks,
+// and v2, the second's.
+var TaskSets = map[string][]string{
+	"v1": {"add", "mul", "mcq", "trace"},
+	"v2": {"sum", "sort", "ledger", "word", "code"},
 }
 
 // Tasks returns every task in the default order.

@@ -210,7 +210,7 @@ func evalExpr(t *testing.T, expr string, vars map[string]int) int {
 // arithmetic line of the work is true, the work ends where the answer is,
 // and the problems stay short.
 func TestAnswersAndTraces(t *testing.T) {
-	s := mustGenerate(t, Options{Train: 500, Heldout: 100, Seed: 11})
+	s := mustGenerate(t, Options{Tasks: []string{"v1"}, Train: 500, Heldout: 100, Seed: 11})
 	// A line of arithmetic: "u 7+5+1=13", "t 3*9=27+6=33", "c=07*2=14"
 	// (the product's optional middle term, then an optional carry).
 	line := regexp.MustCompile(`^(?:[utho] |[abcd]=)(\d+)([+*-])(\d+)(?:=(\d+))?(?:\+(\d+))?=(\d+)$`)
@@ -309,6 +309,7 @@ func TestGenerateErrors(t *testing.T) {
 		{"twice", Options{Tasks: []string{"add", "add"}, Train: 1}, "given twice"},
 		{"nothing", Options{}, "nothing to generate"},
 		{"negative", Options{Train: -1, Heldout: 3}, "negative"},
+		{"size", Options{Train: 1, Size: "tpu"}, `size "tpu"`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -322,11 +323,11 @@ func TestGenerateErrors(t *testing.T) {
 // TestSmallSpace: a task with fewer distinct problems than asked is an
 // error, not an endless loop.
 func TestSmallSpace(t *testing.T) {
-	tiny := &Task{Name: "tiny", gen: func(r *rand.Rand) Problem {
+	tiny := &Task{Name: "tiny", gen: func(r *rand.Rand, _ Size) Problem {
 		n := r.IntN(3)
 		return Problem{Canonical: strconv.Itoa(n), Answer: strconv.Itoa(n)}
 	}}
-	if _, err := draw(tiny, 0, "train", 10, map[[32]byte]bool{}, nil); err == nil || !strings.Contains(err.Error(), "found only 3") {
+	if _, err := draw(tiny, Sizes["gpu"], 0, "train", 10, map[[32]byte]bool{}, nil); err == nil || !strings.Contains(err.Error(), "found only 3") {
 		t.Fatalf("error %v", err)
 	}
 }
@@ -407,7 +408,7 @@ func checkTrace(t *testing.T, p *Problem, work []string) {
 // number in a trace's work, so that a diffusion model filling a block knows
 // where each number ends.
 func TestWidths(t *testing.T) {
-	s := mustGenerate(t, Options{Train: 1000, Heldout: 100, Seed: 5})
+	s := mustGenerate(t, Options{Tasks: []string{"v1"}, Train: 1000, Heldout: 100, Seed: 5})
 	want := map[string]*regexp.Regexp{
 		"add":   regexp.MustCompile(`^[1-9]\d{3}$`),
 		"mul":   regexp.MustCompile(`^[1-9]\d{3}$`),

@@ -14,7 +14,9 @@ import (
 // Files written by Write.
 const (
 	TrainFile   = "train.jsonl"
+	DevFile     = "dev.jsonl"
 	HeldoutFile = "heldout.jsonl"
+	TextFile    = "text.jsonl"
 	TasksFile   = "tasks.json"
 )
 
@@ -41,21 +43,24 @@ type TaskInfo struct {
 	Chance       float64 `json:"chance"`
 	AnswerFormat string  `json:"answer_format"`
 	Train        int     `json:"train"`
+	Dev          int     `json:"dev"`
 	Heldout      int     `json:"heldout"`
 }
 
 // TasksSummary is the content of tasks.json.
 type TasksSummary struct {
 	Seed  uint64     `json:"seed"`
+	Size  string     `json:"size"`
+	Text  int        `json:"text_documents"`
 	Tasks []TaskInfo `json:"tasks"`
 }
 
 // Summary describes the set as tasks.json does.
 func (s *Set) Summary() TasksSummary {
-	sum := TasksSummary{Seed: s.Seed}
+	sum := TasksSummary{Seed: s.Seed, Size: s.Size.Name, Text: len(s.Text)}
 	for _, sp := range s.Tasks {
 		sum.Tasks = append(sum.Tasks, TaskInfo{Name: sp.Task.Name, Description: sp.Task.Description, Chance: sp.Task.Chance,
-			AnswerFormat: sp.Task.Format, Train: len(sp.Train), Heldout: len(sp.Heldout)})
+			AnswerFormat: sp.Task.Format, Train: len(sp.Train), Dev: len(sp.Dev), Heldout: len(sp.Heldout)})
 	}
 	return sum
 }
@@ -84,24 +89,40 @@ func (s *Set) TrainRecords() []TrainRecord {
 
 // EvalRecords returns the held-out problems of every task, task by task,
 // as the lines of heldout.jsonl: `dllm eval`'s items.
-func (s *Set) EvalRecords() []eval.Item {
+func (s *Set) EvalRecords() []eval.Item { return s.items(func(sp Split) []Problem { return sp.Heldout }, "") }
+
+// DevRecords are the dev problems as eval items, for dev.jsonl.
+func (s *Set) DevRecords() []eval.Item { return s.items(func(sp Split) []Problem { return sp.Dev }, "dev-") }
+
+func (s *Set) items(split func(Split) []Problem, prefix string) []eval.Item {
 	var recs []eval.Item
 	for _, sp := range s.Tasks {
-		for i, p := range sp.Heldout {
+		format := ""
+		if f := sp.Task.Format; f == FormatList || f == FormatProgram {
+			format = f
+		}
+		for i, p := range split(sp) {
 			recs = append(recs, eval.Item{
-				ID:       fmt.Sprintf("%s-%05d", sp.Task.Name, i),
+				ID:       fmt.Sprintf("%s%s-%05d", prefix, sp.Task.Name, i),
 				Task:     sp.Task.Name,
 				Messages: []eval.Message{{Role: "user", Content: p.Prompt}},
 				Answer:   p.Answer,
 				Choices:  p.Choices,
+				Format:   format,
 			})
 		}
 	}
 	return recs
 }
 
-// Write writes train.jsonl, heldout.jsonl and tasks.json into dir (created
-// if needed). Each file is written beside its name and renamed into place.
+// textRecord is one line of text.jsonl.
+type textRecord struct {
+	Text string `json:"text"`
+}
+
+// Write writes train.jsonl, heldout.jsonl, tasks.json and, when they have
+// anything, dev.jsonl and text.jsonl into dir (created if needed). Each
+// file is written beside its name and renamed into place.
 func (s *Set) Write(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("synth: %w", err)
@@ -111,6 +132,20 @@ func (s *Set) Write(dir string) error {
 	}
 	if err := writeJSONL(filepath.Join(dir, HeldoutFile), s.EvalRecords()); err != nil {
 		return err
+	}
+	if dev := s.DevRecords(); len(dev) > 0 {
+		if err := writeJSONL(filepath.Join(dir, DevFile), dev); err != nil {
+			return err
+		}
+	}
+	if len(s.Text) > 0 {
+		recs := make([]textRecord, len(s.Text))
+		for i, t := range s.Text {
+			recs[i] = textRecord{t}
+		}
+		if err := writeJSONL(filepath.Join(dir, TextFile), recs); err != nil {
+			return err
+		}
 	}
 	b, err := json.MarshalIndent(s.Summary(), "", "  ")
 	if err != nil {

@@ -37,7 +37,7 @@ func TestDataSynthCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"add    train     30  held-out     5  chance 0.00  answer number", "mcq", "chance 0.25  answer letter", "dllm eval --server URL --tasks"} {
+	for _, want := range []string{"add    train     30  dev    0  held-out     5  chance 0.00  answer number", "mcq", "chance 0.25  answer letter", "dllm eval --server URL --tasks"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
@@ -50,7 +50,23 @@ func TestDataSynthCommand(t *testing.T) {
 	if err != nil || bytes.Count(b, []byte("\n")) != 60 || !bytes.Contains(b, []byte(`"reasoning_content":"`)) {
 		t.Fatalf("train.jsonl: %v\n%.300s", err, b)
 	}
-	for _, bad := range [][]string{{"--tasks", "add,chess"}, {"--tasks", " , "}, {"--train", "0", "--heldout", "0"}} {
+	// The second set at the CPU size, with a dev split and stories.
+	dir2 := t.TempDir()
+	out, _, err = runCmds(t, []*cli.Command{dataCommand()}, "data", "synth", "--out", dir2, "--size", "cpu", "--train", "20", "--dev", "4", "--heldout", "3", "--text", "5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"size cpu", "code   train     20  dev    4  held-out     3  chance 0.00  answer program", "text   5 stories"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	for file, n := range map[string]int{synth.DevFile: 20, synth.HeldoutFile: 15} {
+		if items, err := eval.LoadItems(filepath.Join(dir2, file)); err != nil || len(items) != n {
+			t.Fatalf("%s: %d items, %v", file, len(items), err)
+		}
+	}
+	for _, bad := range [][]string{{"--tasks", "add,chess"}, {"--tasks", " , "}, {"--train", "0", "--heldout", "0"}, {"--size", "tpu"}, {"--tasks", "v1,add"}} {
 		args := append([]string{"data", "synth", "--out", t.TempDir()}, bad...)
 		if _, _, err := runCmds(t, []*cli.Command{dataCommand()}, args...); err == nil {
 			t.Errorf("%v: no error", bad)

@@ -1,0 +1,56 @@
+package synth
+
+import (
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// genSort asks for a list of 3-8 distinct numbers of 1-3 digits (by size)
+// sorted up or down; the answer is the list, "7, 19, 42, 319". The work is
+// selection sort: a line per pick, the number taken and what is left,
+// "19 | 42, 319", so each line finds its candidates in the line above.
+func genSort(r *rand.Rand, s Size) Problem {
+	n := between(r, s.SortLen)
+	nums := make([]int, 0, n)
+	for len(nums) < n {
+		if v := randDigits(r, 1, 3); !slices.Contains(nums, v) {
+			nums = append(nums, v)
+		}
+	}
+	up := r.IntN(2) == 0
+	word, pick := "ascending", slices.Min[[]int]
+	if !up {
+		word, pick = "descending", slices.Max[[]int]
+	}
+	left := slices.Clone(nums)
+	var work, out []string
+	for len(left) > 0 {
+		v := pick(left)
+		left = slices.DeleteFunc(left, func(x int) bool { return x == v })
+		out = append(out, strconv.Itoa(v))
+		rest := "none"
+		if len(left) > 0 {
+			rest = joinInts(left)
+		}
+		work = append(work, strconv.Itoa(v)+" | "+rest)
+	}
+	sorted := slices.Clone(nums)
+	slices.Sort(sorted)
+	return Problem{
+		Canonical: "sort:" + word + ":" + joinInts(sorted),
+		Prompt:    "Sort in " + word + " order: " + joinInts(nums),
+		Reasoning: strings.Join(work, "\n"),
+		Answer:    strings.Join(out, ", "),
+	}
+}
+
+// joinInts writes numbers as "a, b, c".
+func joinInts(v []int) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, ", ")
+}
