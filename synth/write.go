@@ -89,10 +89,14 @@ func (s *Set) TrainRecords() []TrainRecord {
 
 // EvalRecords returns the held-out problems of every task, task by task,
 // as the lines of heldout.jsonl: `dllm eval`'s items.
-func (s *Set) EvalRecords() []eval.Item { return s.items(func(sp Split) []Problem { return sp.Heldout }, "") }
+func (s *Set) EvalRecords() []eval.Item {
+	return s.items(func(sp Split) []Problem { return sp.Heldout }, "")
+}
 
 // DevRecords are the dev problems as eval items, for dev.jsonl.
-func (s *Set) DevRecords() []eval.Item { return s.items(func(sp Split) []Problem { return sp.Dev }, "dev-") }
+func (s *Set) DevRecords() []eval.Item {
+	return s.items(func(sp Split) []Problem { return sp.Dev }, "dev-")
+}
 
 func (s *Set) items(split func(Split) []Problem, prefix string) []eval.Item {
 	var recs []eval.Item
