@@ -27,9 +27,15 @@
 #   MAX_TOKENS       the eval's max_tokens (320 for v1; v2: 512, 1536 with SIZE=gpu)
 #   TEACHER_SET      extra --set KEY=VALUE words for the teacher's training
 #   DIFF_SET         extra --set KEY=VALUE words for the diffusion training
-#   THRESHOLD        the diffusion model's denoising threshold (0.97; "" for dllm.json's)
+#   THRESHOLD        the diffusion model's denoising threshold (0.97; "" for dllm.json's);
+#                    several, space-separated, are each scored
+#   EVAL_ON          the splits scored: heldout (default), dev, or "dev heldout"
+#                    (v2 only has dev); results in $OUT/{teacher,diffusion}-SPLIT[-T].json
+#   DIFF_RUN         the diffusion run's directory under PROXY_OUT (diffusion-run),
+#                    so that runs of several diffusion seeds can share a teacher
 #   KEEP=1           reuse the data and teacher of an earlier run in PROXY_OUT
-#                    (only the diffusion stage and the evals run again)
+#                    (only the diffusion stage and the evals run again; the
+#                    teacher's results are reused where they exist)
 #   KEEP=2           reuse the diffusion model too (only the evals run again)
 #   PORT             first of the two ports the servers use (18400)
 set -euo pipefail
@@ -47,6 +53,7 @@ esac
 TRAIN=${TRAIN:-6000}
 HELDOUT=${HELDOUT:-100}
 TASKS=${TASKS:-v1}
+DIFF_RUN=${DIFF_RUN:-diffusion-run}
 case "$TASKS" in
 v1) DATA_CONF=configs/proxy/data.yaml SYNTH=() MAX_TOKENS=${MAX_TOKENS:-320} ;;
 v2)
@@ -116,15 +123,15 @@ TEACHER=$(ls -d "$OUT"/teacher-run/model-step-* | tail -n 1)
 #    AR decoding) and as the start of diffusion training (blocks of 8).
 if [ "${KEEP:-0}" != 2 ]; then
 	t=$(stamp)
-	rm -rf "$OUT/teacher-ar" "$OUT/teacher-dllm" "$OUT/diffusion-run"
+	rm -rf "$OUT/teacher-ar" "$OUT/teacher-dllm" "$OUT/$DIFF_RUN"
 	"$BIN" convert --from "$TEACHER" --out "$OUT/teacher-ar" --block-size 1 --hash fast >/dev/null
 	"$BIN" convert --from "$TEACHER" --out "$OUT/teacher-dllm" --block-size 8 --hash fast >/dev/null
 	mapfile -t extra < <(sets "${DIFF_SET:-}")
 	"$BIN" train --config "$CONF/diffusion.yaml" --model "$OUT/teacher-dllm" \
-		--data "$OUT/data" --out "$OUT/diffusion-run" ${extra[@]+"${extra[@]}"} >&2
+		--data "$OUT/data" --out "$OUT/$DIFF_RUN" ${extra[@]+"${extra[@]}"} >&2
 	SECS[diffusion]=$(($(stamp) - t))
 fi
-DIFF=$(ls -d "$OUT"/diffusion-run/model-step-* | tail -n 1)
+DIFF=$(ls -d "$OUT/$DIFF_RUN"/model-step-* | tail -n 1)
 
 # 4. Serve each and score it through the HTTP API.
 SERVER=
@@ -136,31 +143,56 @@ stop_server() {
 	fi
 }
 trap stop_server EXIT
-evaluate() { # name model port [eval options...]
-	local name=$1 model=$2 port=$3
-	shift 3
-	"$BIN" serve --model "$model" --host 127.0.0.1 --port "$port" "${SERVE[@]}" \
-		--served-model-name "$name" 2>"$OUT/$name-serve.log" &
+serve_model() { # name model port
+	"$BIN" serve --model "$2" --host 127.0.0.1 --port "$3" "${SERVE[@]}" \
+		--served-model-name "$1" 2>"$OUT/$1-serve.log" &
 	SERVER=$!
 	for _ in $(seq 600); do
-		curl -sf --noproxy '*' -o /dev/null "http://127.0.0.1:$port/health" && break
-		kill -0 "$SERVER" 2>/dev/null || { cat "$OUT/$name-serve.log" >&2; say "the $name server died"; exit 1; }
+		curl -sf --noproxy '*' -o /dev/null "http://127.0.0.1:$3/health" && return
+		kill -0 "$SERVER" 2>/dev/null || { cat "$OUT/$1-serve.log" >&2; say "the $1 server died"; exit 1; }
 		sleep 0.2
 	done
-	"$BIN" eval --server "http://127.0.0.1:$port" --tasks "$OUT/synth/heldout.jsonl" --concurrency 1 \
-		--max-tokens "$MAX_TOKENS" --temperature 0 --out "$OUT/$name.json" "$@" | tee "$OUT/$name.txt"
-	stop_server
+	say "the $1 server is not ready after 2 minutes"
+	exit 1
 }
+score() { # port split result [eval options...]: one eval, table to RESULT.txt
+	local port=$1 split=$2 result=$3
+	shift 3
+	"$BIN" eval --server "http://127.0.0.1:$port" --tasks "$OUT/synth/$split.jsonl" --concurrency 1 \
+		--max-tokens "$MAX_TOKENS" --temperature 0 --out "$OUT/$result.json" "$@" | tee "$OUT/$result.txt"
+}
+# The teacher's results are named teacher-SPLIT, the diffusion model's
+# diffusion-SPLIT (with -T when several thresholds are scored); the
+# held-out ones also as teacher.json and diffusion.json.
+EVAL_ON=${EVAL_ON:-heldout}
+THRESHOLD=${THRESHOLD-0.97}
 t=$(stamp)
 say "teacher (AR decoding, blocks of 1): $TEACHER"
-evaluate teacher "$OUT/teacher-ar" "$PORT"
+started=
+for split in $EVAL_ON; do
+	if [ "${KEEP:-0}" != 0 ] && [ -s "$OUT/teacher-$split.json" ]; then
+		continue
+	fi
+	[ -n "$started" ] || { serve_model teacher "$OUT/teacher-ar" "$PORT"; started=1; }
+	score "$PORT" "$split" "teacher-$split"
+	[ "$split" = heldout ] && cp "$OUT/teacher-heldout.json" "$OUT/teacher.json"
+done
+stop_server
 SECS[eval_teacher]=$(($(stamp) - t))
 t=$(stamp)
 say "diffusion model (blocks of 8): $DIFF"
-th=()
-THRESHOLD=${THRESHOLD-0.97}
-[ -n "$THRESHOLD" ] && th=(--threshold "$THRESHOLD")
-evaluate diffusion "$DIFF" "$((PORT + 1))" --baseline "$OUT/teacher.json" ${th[@]+"${th[@]}"}
+serve_model diffusion "$DIFF" "$((PORT + 1))"
+for split in $EVAL_ON; do
+	for th in ${THRESHOLD:-model}; do
+		opts=(--baseline "$OUT/teacher-$split.json")
+		[ "$th" = model ] || opts+=(--threshold "$th")
+		name=diffusion-$split
+		[ "$(wc -w <<<"${THRESHOLD:-model}")" = 1 ] || name=$name-$th
+		score "$((PORT + 1))" "$split" "$name" "${opts[@]}"
+		[ "$name" = diffusion-heldout ] && cp "$OUT/diffusion-heldout.json" "$OUT/diffusion.json"
+	done
+done
+stop_server
 SECS[eval_diffusion]=$(($(stamp) - t))
 
 # Summary.
@@ -172,5 +204,5 @@ diff_tokens=$(sed -n 's/.*"tokens_seen": *\([0-9]*\).*/\1/p' "$DIFF/train.json" 
 	for k in data teacher diffusion eval_teacher eval_diffusion; do
 		[ -n "${SECS[$k]:-}" ] && echo "proxy: $k ${SECS[$k]} s"
 	done
-	echo "proxy: total $(($(stamp) - T0)) s; results in $OUT/teacher.json and $OUT/diffusion.json"
+	echo "proxy: total $(($(stamp) - T0)) s; results in $OUT/teacher-*.json and $OUT/diffusion-*.json"
 } | tee "$OUT/summary.txt"

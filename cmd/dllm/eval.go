@@ -35,7 +35,7 @@ Works against any OpenAI-compatible server (dllm serve, vLLM, SGLang).
 429 and 503 answers and dropped connections are retried with backoff.`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "server", Value: "http://localhost:8000", Usage: "server `URL` (its root or /v1)"},
-			&cli.StringFlag{Name: "tasks", Required: true, Usage: "eval `FILE.jsonl`"},
+			&cli.StringFlag{Name: "tasks", Usage: "eval `FILE.jsonl` (required)"},
 			&cli.IntFlag{Name: "concurrency", Value: 4, Usage: "requests in flight"},
 			&cli.IntFlag{Name: "max-tokens", Value: 1024, Usage: "cap on each reply, reasoning included (0: the server's default)"},
 			&cli.FloatFlag{Name: "temperature", Value: 0, Usage: "sampling temperature; 0 is greedy"},
@@ -51,7 +51,54 @@ Works against any OpenAI-compatible server (dllm serve, vLLM, SGLang).
 			&cli.DurationFlag{Name: "request-timeout", Value: 10 * time.Minute, Usage: "limit on one request"},
 			&cli.IntFlag{Name: "retries", Value: 5, Usage: "retries after 429/503 or a dropped connection"},
 		},
-		Action: runEval,
+		Action:   runEval,
+		Commands: []*cli.Command{evalSummaryCommand()},
+	}
+}
+
+func evalSummaryCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "summary",
+		Usage:     "summarise several --out results of one eval (seeds of a recipe): each task's mean ± standard deviation",
+		UsageText: "dllm eval summary [--json] RESULTS.json...",
+		Description: `Reads results written by 'dllm eval --out' for the same items (runs with other
+seeds, say) and prints per task the mean and sample standard deviation over
+them of the accuracy, the normalised score (results made with --baseline),
+TPF and the share of replies without an answer; then the mean normalised
+score over runs and each run's worst task.`,
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "json", Usage: "print the summary as JSON"},
+			&cli.BoolFlag{Name: "brief", Usage: "print one line for scripts: MEAN_NORMALISED SD TPF WORST_TASK RUNS"},
+		},
+		Action: func(ctx context.Context, c *cli.Command) error {
+			paths := c.Args().Slice()
+			if len(paths) == 0 {
+				return fmt.Errorf("eval summary: give the results files (dllm eval --out) to summarise")
+			}
+			var reports []*eval.Report
+			for _, p := range paths {
+				r, err := eval.ReadReport(p)
+				if err != nil {
+					return err
+				}
+				reports = append(reports, r)
+			}
+			s := eval.Summarize(reports)
+			if c.Bool("json") {
+				b, err := json.MarshalIndent(s, "", "  ")
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(c.Root().Writer, string(b))
+				return nil
+			}
+			if c.Bool("brief") {
+				fmt.Fprintf(c.Root().Writer, "%.2f %.2f %.2f %.2f %d\n", s.MeanNormalized.Mean, s.MeanNormalized.SD, s.Overall.TPF.Mean, s.MinTaskNormalized.Mean, s.Runs)
+				return nil
+			}
+			s.PrintTable(c.Root().Writer)
+			return nil
+		},
 	}
 }
 
@@ -59,6 +106,9 @@ func runEval(ctx context.Context, c *cli.Command) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	path := c.String("tasks")
+	if path == "" {
+		return fmt.Errorf("eval: --tasks FILE.jsonl is required (or: dllm eval summary RESULTS.json...)")
+	}
 	items, err := eval.LoadItems(path)
 	if err != nil {
 		return err
