@@ -86,3 +86,22 @@ func TestDataExampleConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestDataProxyConfigs: the proxy's data configs load and validate.
+func TestDataProxyConfigs(t *testing.T) {
+	files, _ := filepath.Glob("../configs/proxy/data*.yaml")
+	more, _ := filepath.Glob("../configs/proxy/*/data*.yaml")
+	files = append(files, more...)
+	if len(files) < 3 {
+		t.Fatalf("proxy data configs: %v", files)
+	}
+	for _, f := range files {
+		cfg := DefaultConfig()
+		if err := cfg.LoadConfig(f); err != nil {
+			t.Fatal(err)
+		}
+		if err := cfg.Validate(); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+	}
+}

@@ -74,6 +74,9 @@ T0=$(stamp)
 declare -A SECS
 
 sets() { local w; for w in $1; do printf -- '--set\n%s\n' "$w"; done; }
+# preset NAME is the task set's own training preset where it has one
+# (configs/proxy/gpu/teacher-v2.yaml), else the size's.
+preset() { if [ -f "$CONF/$1-$TASKS.yaml" ]; then echo "$CONF/$1-$TASKS.yaml"; else echo "$CONF/$1.yaml"; fi; }
 
 if [ "${KEEP:-0}" = 0 ]; then
 	rm -rf "$OUT"
@@ -113,7 +116,7 @@ if [ "${KEEP:-0}" = 0 ]; then
 	# 2. The AR teacher, from random weights.
 	t=$(stamp)
 	mapfile -t extra < <(sets "${TEACHER_SET:-}")
-	"$BIN" train --config "$CONF/teacher.yaml" --model "$OUT/teacher-init" \
+	"$BIN" train --config "$(preset teacher)" --model "$OUT/teacher-init" \
 		--data "$OUT/data" --out "$OUT/teacher-run" ${extra[@]+"${extra[@]}"} >&2
 	SECS[teacher]=$(($(stamp) - t))
 fi
@@ -127,7 +130,7 @@ if [ "${KEEP:-0}" != 2 ]; then
 	"$BIN" convert --from "$TEACHER" --out "$OUT/teacher-ar" --block-size 1 --hash fast >/dev/null
 	"$BIN" convert --from "$TEACHER" --out "$OUT/teacher-dllm" --block-size 8 --hash fast >/dev/null
 	mapfile -t extra < <(sets "${DIFF_SET:-}")
-	"$BIN" train --config "$CONF/diffusion.yaml" --model "$OUT/teacher-dllm" \
+	"$BIN" train --config "$(preset diffusion)" --model "$OUT/teacher-dllm" \
 		--data "$OUT/data" --out "$OUT/$DIFF_RUN" ${extra[@]+"${extra[@]}"} >&2
 	SECS[diffusion]=$(($(stamp) - t))
 fi

@@ -141,7 +141,7 @@ func TestPresets(t *testing.T) {
 	proxy2, _ := filepath.Glob("../configs/proxy/*.yaml")
 	proxy = append(proxy, proxy2...)
 	for _, f := range proxy {
-		if !strings.HasSuffix(f, "data.yaml") {
+		if !strings.HasPrefix(filepath.Base(f), "data") {
 			files = append(files, f)
 		}
 	}
