@@ -6,7 +6,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"unicode"
 )
 
 // RunFunction runs a one-function program in a small subset of Python, the
@@ -19,8 +18,11 @@ import (
 // real Python that strays outside the subset scores as wrong, never runs.
 func RunFunction(src string, args ...int64) (int64, error) {
 	lines := codeLines(src)
-	if len(lines) == 0 {
+	switch {
+	case len(lines) == 0:
 		return 0, errors.New("program: empty")
+	case len(lines) > maxProgramLines:
+		return 0, fmt.Errorf("program: more than %d lines", maxProgramLines)
 	}
 	m := defRE.FindStringSubmatch(lines[0].text)
 	if m == nil || lines[0].indent != 0 {
@@ -90,18 +92,19 @@ func codeLines(src string) []codeLine {
 		}
 		out = append(out, codeLine{indent: len(raw) - len(strings.TrimLeft(raw, " \t")), text: text})
 		if len(out) > maxProgramLines {
-			return nil
+			break
 		}
 	}
 	return out
 }
 
+// isName reports whether s is an ASCII identifier other than a keyword.
 func isName(s string) bool {
 	if s == "" || s == "def" || s == "return" {
 		return false
 	}
-	for i, c := range s {
-		if !(c == '_' || unicode.IsLetter(c) || i > 0 && unicode.IsDigit(c)) || c > unicode.MaxASCII {
+	for i, c := range []byte(s) {
+		if !(c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || i > 0 && c >= '0' && c <= '9') {
 			return false
 		}
 	}
@@ -147,9 +150,9 @@ func tokenizeExpr(s string) ([]string, error) {
 			}
 			toks = append(toks, string(c))
 			i++
-		case c >= '0' && c <= '9' || c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z':
+		case isWordByte(c):
 			j := i
-			for j < len(s) && (s[j] >= '0' && s[j] <= '9' || s[j] == '_' || s[j] >= 'a' && s[j] <= 'z' || s[j] >= 'A' && s[j] <= 'Z') {
+			for j < len(s) && isWordByte(s[j]) {
 				j++
 			}
 			toks = append(toks, s[i:j])
@@ -159,6 +162,11 @@ func tokenizeExpr(s string) ([]string, error) {
 		}
 	}
 	return toks, nil
+}
+
+// isWordByte is a byte of a number or a name.
+func isWordByte(c byte) bool {
+	return c >= '0' && c <= '9' || c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
 }
 
 func (p *exprParser) peek() string {

@@ -43,9 +43,10 @@ type Problem struct {
 }
 
 // Content is the assistant's final message: the answer after AnswerPrefix,
-// or a program in a fenced code block.
+// or for a task whose answers are programs, the program in a fenced code
+// block.
 func (p *Problem) Content() string {
-	if strings.HasPrefix(p.Answer, "def ") {
+	if t, err := Lookup(p.Task); err == nil && t.Format == FormatProgram {
 		return "```python\n" + p.Answer + "\n```"
 	}
 	return AnswerPrefix + p.Answer
