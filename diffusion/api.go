@@ -48,6 +48,18 @@ type Options struct {
 	// bench decode); it is not meant to give good text. MaxStepsPerBlock
 	// defaults to B with it (no cap).
 	FixedCommit int
+	// MaxCommit, when positive, caps the positions a threshold step
+	// commits: at most this many of those above the threshold, the most
+	// confident first, so that few tokens that must agree with each other
+	// (the digits of one number) are decided in the same step. 0 = no cap.
+	MaxCommit int
+	// Verify checks every drafted block against the model's own
+	// left-to-right prediction before any of it is output, and keeps only
+	// the prefix that prediction agrees with (docs/sampler.md, "Verify"):
+	// the output is then what greedy AR decoding of the model would write,
+	// at the speed of the blocks it accepts. Greedy only (Temperature 0),
+	// for models with the shift, in threshold mode (not FixedCommit).
+	Verify bool
 }
 
 // Block is one committed block handed to the caller as soon as it is final:
@@ -79,6 +91,10 @@ type Result struct {
 	Steps int
 	// TPF is tokens per forward, len(IDs) / Steps (Steps 0 counts as 1).
 	TPF      float64
+	// Checked and Accepted count, with Verify, the drafted tokens checked
+	// against the model's AR prediction and those of them it agreed with
+	// (a block's first token, the AR prediction itself, is not counted).
+	Checked, Accepted int
 	Prefill  time.Duration // time to process the prompt
 	Duration time.Duration // total time, prefill included
 }

@@ -49,24 +49,32 @@ func (c *canvas) masked() int {
 
 // commit fixes masked positions from one step's candidates tok and their
 // probabilities conf (for positions 0..len(tok)-1): every one whose
-// probability reaches threshold, else the single most confident one (the
-// first on a tie); all of them when all is set.
-func (c *canvas) commit(tok []int64, conf []float64, threshold float64, all bool) {
+// probability reaches threshold, at most limit of them (the most confident;
+// 0 = no limit), else the single most confident one (the first on a tie);
+// all of them when all is set.
+func (c *canvas) commit(tok []int64, conf []float64, threshold float64, limit int, all bool) {
+	var sure []int // masked positions at or above the threshold
 	best := -1
-	committed := false
 	for i := range tok {
 		if c.fixed[i] {
 			continue
 		}
 		if all || conf[i] >= threshold {
-			c.ids[i], c.fixed[i] = tok[i], true
-			committed = true
+			sure = append(sure, i)
 		} else if best < 0 || conf[i] > conf[best] {
 			best = i
 		}
 	}
-	if !committed && best >= 0 {
-		c.ids[best], c.fixed[best] = tok[best], true
+	if !all && limit > 0 && len(sure) > limit {
+		// Stable, so equal confidences keep position order.
+		slices.SortStableFunc(sure, func(a, b int) int { return cmp.Compare(conf[b], conf[a]) })
+		sure = sure[:limit]
+	}
+	if len(sure) == 0 && best >= 0 {
+		sure = []int{best}
+	}
+	for _, i := range sure {
+		c.ids[i], c.fixed[i] = tok[i], true
 	}
 }
 

@@ -30,6 +30,8 @@ type plan struct {
 	chunk       int // prefill tokens per forward
 	threshold   float64
 	fixed       int // > 0: commit exactly this many positions per step
+	maxCommit   int // > 0: commit at most this many positions per threshold step
+	verify      bool
 	maxSteps    int
 	temperature float64
 	topP        float64 // < 1: nucleus sampling
@@ -75,10 +77,19 @@ func (s *Sampler) resolve(prompt []int64, o Options) (plan, error) {
 		return bad("context limit %d is negative", o.ContextLimit)
 	case o.FixedCommit < 0:
 		return bad("fixed commit count %d is negative", o.FixedCommit)
+	case o.MaxCommit < 0:
+		return bad("max commit count %d is negative", o.MaxCommit)
+	case o.Verify && o.FixedCommit > 0:
+		return bad("verify decoding commits by threshold, not a fixed count")
+	case o.Verify && o.Temperature >= minTemperature:
+		return bad("verify decoding is greedy: temperature must be 0, not %v", o.Temperature)
+	case o.Verify && !st.Shift:
+		return bad("verify decoding needs a model with the shift (its logits predict the next position)")
 	}
 	// 3. Defaults.
 	p := plan{
-		block: o.BlockSize, chunk: prefillChunk, threshold: o.Threshold, fixed: o.FixedCommit, maxSteps: o.MaxStepsPerBlock,
+		block: o.BlockSize, chunk: prefillChunk, threshold: o.Threshold, fixed: o.FixedCommit, maxCommit: o.MaxCommit,
+		verify: o.Verify, maxSteps: o.MaxStepsPerBlock,
 		temperature: o.Temperature, topP: o.TopP, seed: o.Seed,
 		stop: map[int64]bool{}, mask: int64(st.MaskTokenID), shift: st.Shift,
 	}

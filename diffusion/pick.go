@@ -44,11 +44,18 @@ func (pk *picker) free() { pk.before.Free() }
 type picks struct {
 	dev *torch.Tensor            // (2n) float64: probabilities, then ids
 	c   *torch.HostCopy[float64] // dev's copy
+	// tok and conf are picks already on the host (dev and c nil): see
+	// generation.predictChecked.
+	tok  []int64
+	conf []float64
 }
 
 // wait returns the candidates and their probabilities: a step's one host
 // sync.
 func (p *picks) wait() (tok []int64, conf []float64) {
+	if p.c == nil {
+		return p.tok, p.conf
+	}
 	p.dev.Free()
 	host := p.c.Wait()
 	n := len(host) / 2
@@ -61,8 +68,10 @@ func (p *picks) wait() (tok []int64, conf []float64) {
 
 // free drops picks that will not be waited for.
 func (p *picks) free() {
-	p.dev.Free()
-	p.c.Free()
+	if p.c != nil {
+		p.dev.Free()
+		p.c.Free()
+	}
 }
 
 // pick returns, for each row of first (1, V), when not nil, and then of

@@ -18,7 +18,12 @@ type generation struct {
 	steps int // forwards after the prefill
 	// pending is the last finished block, not yet in the KV cache: the
 	// next block's first denoising forward runs it first (see commit).
+	// With verify it is a draft, checked by that forward (see verify.go).
 	pending []int64
+	// accepted is, with verify, what the last check kept of the draft,
+	// not yet output; checked and agreed count the checked tokens.
+	accepted        []int64
+	checked, agreed int
 }
 
 func newGeneration(m *model.Model, eng engine, p plan) (*generation, error) {
@@ -68,10 +73,14 @@ func (g *generation) commit(ids []int64) error {
 	return nil
 }
 
-// flush runs the pending block alone, as its own forward.
+// flush runs the pending block alone, as its own forward (with verify,
+// checking it).
 func (g *generation) flush() error {
 	if g.pending == nil {
 		return nil
+	}
+	if g.p.verify {
+		return g.checkAlone()
 	}
 	ids := g.pending
 	g.pending = nil
@@ -113,6 +122,9 @@ func (g *generation) predict(c *canvas) (*picks, error) {
 			return nil, err
 		}
 		return g.pick.start(nil, g.carry), nil
+	}
+	if g.p.verify && g.pending != nil {
+		return g.predictChecked(c)
 	}
 	g.steps++
 	n := len(c.ids)
@@ -169,7 +181,8 @@ func (g *generation) queue(pk *picks, n int) (*picks, error) {
 }
 
 // denoise fills a canvas of n positions until its output is settled (see
-// canvas.settled) and returns the tokens it adds to the output. With a
+// canvas.settled) and returns the tokens it adds to the output, with the
+// stop token that ended it last when stopped. With a
 // fixed number of commits a step, a step that is sure to come (more
 // positions masked than this one fixes, and the output waiting for all of
 // them) is queued before this step's picks reach the host, its canvas
@@ -187,6 +200,9 @@ func (g *generation) denoise(ctx context.Context, n, need int) (out []int64, sto
 	}()
 	for step := 1; ; step++ {
 		if keep, stopped, done := c.settled(need, g.p.stop); done {
+			if stopped {
+				keep++
+			}
 			return c.ids[:keep], stopped, nil
 		}
 		if err := ctx.Err(); err != nil {
@@ -210,7 +226,7 @@ func (g *generation) denoise(ctx context.Context, n, need int) (out []int64, sto
 		if g.p.fixed > 0 {
 			c.commitTop(tok, conf, g.p.fixed, g.p.shift, last)
 		} else {
-			c.commit(tok, conf, g.p.threshold, last)
+			c.commit(tok, conf, g.p.threshold, g.p.maxCommit, last)
 		}
 	}
 }

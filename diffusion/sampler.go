@@ -95,6 +95,13 @@ func (s *Sampler) generate(ctx context.Context, prompt []int64, p plan, onBlock 
 		}
 	}
 	res = &Result{IDs: []int64{}, Prefill: time.Since(start)}
+	if p.verify {
+		if err := g.verified(ctx, res, onBlock); err != nil {
+			return nil, err
+		}
+		res.Checked, res.Accepted = g.checked, g.agreed
+		return g.account(res, start), nil
+	}
 	// 2. Blocks until a stop token, the length limit or onBlock ends it.
 	var pending []int64 // the last block, not yet in the KV cache
 	for res.FinishReason == "" {
@@ -113,6 +120,9 @@ func (s *Sampler) generate(ctx context.Context, prompt []int64, p plan, onBlock 
 		if err != nil {
 			return nil, err
 		}
+		if stopped {
+			ids = ids[:len(ids)-1]
+		}
 		res.IDs = append(res.IDs, ids...)
 		if onBlock != nil {
 			halt, err := onBlock(Block{IDs: slices.Clone(ids), Steps: g.steps - before})
@@ -129,9 +139,13 @@ func (s *Sampler) generate(ctx context.Context, prompt []int64, p plan, onBlock 
 		}
 		pending = ids
 	}
-	// 3. Accounting.
+	return g.account(res, start), nil
+}
+
+// account fills res's step count, TPF and duration.
+func (g *generation) account(res *Result, start time.Time) *Result {
 	res.Steps = g.steps
 	res.TPF = float64(len(res.IDs)) / float64(max(g.steps, 1))
 	res.Duration = time.Since(start)
-	return res, nil
+	return res
 }

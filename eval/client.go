@@ -67,9 +67,13 @@ type Usage struct {
 }
 
 // DLLMUsage is the "dllm" object of dllm serve's usage.
+// Checked and Accepted count, in verify decoding, the drafted tokens
+// checked and those kept.
 type DLLMUsage struct {
-	Steps int     `json:"steps"`
-	TPF   float64 `json:"tpf"`
+	Steps    int     `json:"steps"`
+	TPF      float64 `json:"tpf"`
+	Checked  int     `json:"checked"`
+	Accepted int     `json:"accepted"`
 }
 
 // ChatResponse holds the parts of a chat completion eval reads.

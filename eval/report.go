@@ -32,6 +32,11 @@ type TaskSummary struct {
 	// reply); TPF is null when the server does not report it.
 	Steps int      `json:"steps,omitempty"`
 	TPF   *float64 `json:"tpf"`
+	// Acceptance is, in dllm serve's verify decoding, the share of the
+	// drafted tokens checked that were kept (null otherwise).
+	Checked    int      `json:"checked,omitempty"`
+	Accepted   int      `json:"accepted,omitempty"`
+	Acceptance *float64 `json:"acceptance,omitempty"`
 	// Normalized is 100*(accuracy-chance)/(baseline-chance) against a
 	// baseline report (null without one, or when the baseline is at chance).
 	Baseline   *float64 `json:"baseline_accuracy,omitempty"`
@@ -103,6 +108,8 @@ func add(s *TaskSummary, r *ItemResult) {
 	s.Tokens += r.Tokens
 	s.Seconds += r.Seconds
 	s.Steps += r.Steps
+	s.Checked += r.Checked
+	s.Accepted += r.Accepted
 }
 
 func finish(s *TaskSummary) {
@@ -111,6 +118,10 @@ func finish(s *TaskSummary) {
 	if s.Steps > 0 {
 		t := float64(s.Tokens) / float64(s.Steps)
 		s.TPF = &t
+	}
+	if s.Checked > 0 {
+		a := float64(s.Accepted) / float64(s.Checked)
+		s.Acceptance = &a
 	}
 }
 
@@ -173,13 +184,17 @@ func (r *Report) WriteJSON(path string) error {
 // PrintTable writes one row per task and one for all of them.
 func (r *Report) PrintTable(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	withBase := false
+	withBase, verified := false, false
 	for _, t := range r.Tasks {
 		withBase = withBase || t.Baseline != nil
+		verified = verified || t.Acceptance != nil
 	}
 	head := "task\tn\taccuracy\tchance\ttokens\ttok/s\tTPF\terrors\tno answer\ttruncated\t"
 	if withBase {
 		head += "baseline\tnormalised\t"
+	}
+	if verified {
+		head += "accepted\t"
 	}
 	fmt.Fprintln(tw, head)
 	row := func(t *TaskSummary) {
@@ -187,6 +202,9 @@ func (r *Report) PrintTable(w io.Writer) {
 			optFloat(t.TPF, "%.2f"), t.Errors, t.NoAnswer, t.Truncated)
 		if withBase {
 			fmt.Fprintf(tw, "%s\t%s\t", optFloat(t.Baseline, "%.3f"), optFloat(t.Normalized, "%.1f"))
+		}
+		if verified {
+			fmt.Fprintf(tw, "%s\t", optFloat(t.Acceptance, "%.2f"))
 		}
 		fmt.Fprintln(tw)
 	}

@@ -57,6 +57,8 @@ type ItemResult struct {
 	Finish    string  `json:"finish_reason,omitempty"`
 	Tokens    int     `json:"completion_tokens"`
 	Steps     int     `json:"steps,omitempty"`
+	Checked   int     `json:"checked,omitempty"`
+	Accepted  int     `json:"accepted,omitempty"`
 	Seconds   float64 `json:"seconds"`
 	Error     string  `json:"error,omitempty"`
 }
@@ -154,7 +156,7 @@ func ask(ctx context.Context, o *Options, it *Item) ItemResult {
 	if u := resp.Usage; u != nil {
 		r.Tokens = u.CompletionTokens
 		if u.DLLM != nil {
-			r.Steps = u.DLLM.Steps
+			r.Steps, r.Checked, r.Accepted = u.DLLM.Steps, u.DLLM.Checked, u.DLLM.Accepted
 		}
 	}
 	r.Got, r.Extracted = ExtractFor(it, r.Content, r.Reasoning)

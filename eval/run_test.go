@@ -60,7 +60,8 @@ func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	usage := map[string]any{"prompt_tokens": 5, "completion_tokens": rep.tokens}
 	if rep.steps > 0 {
-		usage["dllm"] = map[string]any{"steps": rep.steps, "tpf": float64(rep.tokens) / float64(rep.steps)}
+		// As if verify decoding checked two tokens per step and kept half.
+		usage["dllm"] = map[string]any{"steps": rep.steps, "tpf": float64(rep.tokens) / float64(rep.steps), "checked": 2 * rep.steps, "accepted": rep.steps}
 	}
 	json.NewEncoder(w).Encode(map[string]any{
 		"object": "chat.completion",
@@ -105,6 +106,9 @@ func TestRun(t *testing.T) {
 	}
 	if add.Tokens != 60 || add.TPF == nil || *add.TPF != 60.0/20 {
 		t.Errorf("add tokens %d, tpf %v", add.Tokens, add.TPF)
+	}
+	if add.Checked != 40 || add.Acceptance == nil || *add.Acceptance != 0.5 {
+		t.Errorf("add checked %d, acceptance %v", add.Checked, add.Acceptance)
 	}
 	if mcq.Accuracy != 1 || mcq.Chance != 0.25 {
 		t.Errorf("mcq = %+v", mcq)

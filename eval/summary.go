@@ -51,6 +51,9 @@ type TaskStats struct {
 	Accuracy   Stat   `json:"accuracy"`
 	Normalized Stat   `json:"normalized"`
 	TPF        Stat   `json:"tpf"`
+	// Acceptance is verify decoding's share of checked tokens kept
+	// (N 0 for runs without it).
+	Acceptance Stat `json:"acceptance"`
 	// NoAnswer is the share of replies without an extractable answer.
 	NoAnswer Stat `json:"no_answer"`
 }
@@ -71,7 +74,7 @@ type Summary struct {
 // reports compared to their baselines (CompareTo).
 func Summarize(reports []*Report) *Summary {
 	s := &Summary{Runs: len(reports)}
-	type acc struct{ accuracy, normalized, tpf, noAnswer []float64 }
+	type acc struct{ accuracy, normalized, tpf, acceptance, noAnswer []float64 }
 	by := map[string]*acc{}
 	var order []string
 	collect := func(t *TaskSummary) {
@@ -89,6 +92,9 @@ func Summarize(reports []*Report) *Summary {
 		}
 		if t.TPF != nil {
 			a.tpf = append(a.tpf, *t.TPF)
+		}
+		if t.Acceptance != nil {
+			a.acceptance = append(a.acceptance, *t.Acceptance)
 		}
 		a.noAnswer = append(a.noAnswer, float64(t.NoAnswer)/float64(max(t.N, 1)))
 	}
@@ -109,7 +115,8 @@ func Summarize(reports []*Report) *Summary {
 	}
 	stats := func(name string) TaskStats {
 		a := by[name]
-		return TaskStats{Task: name, Accuracy: stat(a.accuracy), Normalized: stat(a.normalized), TPF: stat(a.tpf), NoAnswer: stat(a.noAnswer)}
+		return TaskStats{Task: name, Accuracy: stat(a.accuracy), Normalized: stat(a.normalized), TPF: stat(a.tpf),
+			Acceptance: stat(a.acceptance), NoAnswer: stat(a.noAnswer)}
 	}
 	for _, name := range order {
 		s.Tasks = append(s.Tasks, stats(name))
@@ -124,9 +131,18 @@ func Summarize(reports []*Report) *Summary {
 // PrintTable writes a row per task: means ± standard deviations over runs.
 func (s *Summary) PrintTable(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "task\taccuracy\tnormalised\tTPF\tno answer\t")
+	verified := s.Overall.Acceptance.N > 0
+	head := "task\taccuracy\tnormalised\tTPF\tno answer\t"
+	if verified {
+		head += "accepted\t"
+	}
+	fmt.Fprintln(tw, head)
 	for _, t := range append(s.Tasks, s.Overall) {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t\n", t.Task, t.Accuracy, t.Normalized, t.TPF, t.NoAnswer)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t", t.Task, t.Accuracy, t.Normalized, t.TPF, t.NoAnswer)
+		if verified {
+			fmt.Fprintf(tw, "%s\t", t.Acceptance)
+		}
+		fmt.Fprintln(tw)
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "%d runs; mean normalised score %s (worst task per run %s)\n", s.Runs, s.MeanNormalized, s.MinTaskNormalized)

@@ -3,23 +3,40 @@
 # score a mean over teacher seeds x diffusion seeds with its spread, the
 # threshold chosen on the dev split and scored once on the held-out split.
 #
-#   1. for each teacher seed, scripts/proxy.sh trains a teacher (and its
-#      data), then for each diffusion seed a diffusion model from it; each
-#      model is scored on the dev split at every threshold of THRESHOLDS;
-#   2. the threshold: the one whose mean dev score over all runs is highest
-#      among those whose mean TPF reaches MIN_TPF (else the fastest);
-#   3. every model is scored on the held-out split at that threshold, and
-#      `dllm eval summary` prints the means and spreads.
+#   1. teachers: for each teacher seed, scripts/proxy.sh makes the data and
+#      trains a teacher, and scores it (AR decoding) on dev and held-out;
+#   2. diffusion: for each teacher, budget and diffusion seed, a diffusion
+#      model trained from the teacher;
+#   3. dev: every diffusion model scored on the dev split at each threshold
+#      of THRESHOLDS;
+#   4. heldout: per budget, the threshold whose mean dev score over all runs
+#      is highest among those whose mean TPF reaches MIN_TPF (else the
+#      fastest); every model scored on the held-out split at that threshold
+#      alone, and `dllm eval summary` prints the means and spreads.
 #
-# Usage: [SIZE=cpu|gpu] [TASKS=v2] [SEEDS="0 1 2"] [DIFF_SEEDS="1 2"] scripts/proxy-seeds.sh
+# Independent runs of a stage run JOBS at a time: on a GPU the proxy's
+# small models leave it mostly idle, so several share it well.
+#
+# Usage: [SIZE=cpu|gpu] [SEEDS="0 1 2"] [DIFF_SEEDS="1 2"] [BUDGETS="20 5"] [JOBS=N] scripts/proxy-seeds.sh
 # Environment (and scripts/proxy.sh's: TEACHER_SET, DIFF_SET, TRAIN, ...):
 #   SEEDS            teacher seeds (0 1 2)
 #   DIFF_SEEDS       diffusion seeds per teacher (1 2)
-#   THRESHOLDS       thresholds tried on dev (0.9 0.95 0.97 0.99)
+#   BUDGETS          diffusion budgets in percent of the teacher's tokens (20);
+#                    the presets' diffusion steps are 20%, scaled for others
+#   THRESHOLDS       thresholds tried on dev (0.9 0.95 0.97 0.99); the
+#                    heldout stage chooses among all those scored on dev
+#   MODES            sampler modes, each scored at every threshold and given
+#                    its own threshold on dev: NAME or NAME=JSON, the JSON
+#                    (no spaces) merged into the requests, e.g.
+#                    "base verify={\"verify\":true} cap2={\"max_commit\":2}" (base)
 #   MIN_TPF          the TPF the chosen threshold must reach on dev
 #                    (2.5 with SIZE=gpu, else 2)
-#   SEEDS_OUT        work directory (out/proxy-seeds[-gpu]); results in
-#                    SEEDS_OUT/results, the table in SEEDS_OUT/summary.txt
+#   JOBS             runs at once (1)
+#   STAGES           the stages to run, of "teachers diffusion dev heldout"
+#                    (all); a later stage reuses an earlier call's output
+#   SEEDS_OUT        work directory (out/proxy-seeds[-gpu]); logs in it,
+#                    results in SEEDS_OUT/results, the tables in
+#                    SEEDS_OUT/summary.txt
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -27,70 +44,214 @@ SIZE=${SIZE:-cpu}
 export SIZE TASKS=${TASKS:-v2}
 SEEDS=${SEEDS:-0 1 2}
 DIFF_SEEDS=${DIFF_SEEDS:-1 2}
+BUDGETS=${BUDGETS:-20}
 THRESHOLDS=${THRESHOLDS:-0.9 0.95 0.97 0.99}
 MIN_TPF=${MIN_TPF:-$([ "$SIZE" = gpu ] && echo 2.5 || echo 2)}
+JOBS=${JOBS:-1}
+STAGES=${STAGES:-teachers diffusion dev heldout}
+MODES=${MODES:-base}
+mode_name() { echo "${1%%=*}"; }
+mode_json() { [[ "$1" == *=* ]] && echo "${1#*=}" || true; }
 BASE=${SEEDS_OUT:-out/proxy-seeds$([ "$SIZE" = gpu ] && echo -gpu)}
 RES=$BASE/results
 BIN=bin/dllm
+PORT0=${PORT:-18400}
 say() { echo "proxy-seeds: $*" >&2; }
 [ "$TASKS" = v2 ] || { say "TASKS must be v2: the dev split is v2's"; exit 2; }
-rm -rf "$BASE"
+has() { [[ " $STAGES " == *" $1 "* ]]; }
+CONF=configs/proxy
+[ "$SIZE" = gpu ] && CONF=configs/proxy/gpu
+PRESET=$CONF/diffusion-$TASKS.yaml
+[ -f "$PRESET" ] || PRESET=$CONF/diffusion.yaml
+STEPS20=$(sed -n 's/^steps: *\([0-9]*\).*/\1/p' "$PRESET")
+
+# job NAME VAR=VALUE...: runs scripts/proxy.sh with that environment in the
+# background, at most JOBS at once, each on its own pair of ports, its log
+# in BASE/NAME.log, in a process group of its own so that a failure can
+# stop the rest with everything they started. jobs_wait waits for them all.
+declare -A JOBNAME=()
+njob=0
+job() {
+	local name=$1
+	shift
+	while [ "${#JOBNAME[@]}" -ge "$JOBS" ]; do
+		reap
+	done
+	setsid env "$@" PORT=$((PORT0 + 2 * njob)) scripts/proxy.sh >>"$BASE/$name.log" 2>&1 &
+	JOBNAME[$!]=$name
+	njob=$((njob + 1))
+}
+# reap waits for one job; a failed one stops them all.
+reap() {
+	local pid rc=0
+	wait -n -p pid "${!JOBNAME[@]}" || rc=$?
+	local name=${JOBNAME[$pid]}
+	unset "JOBNAME[$pid]"
+	if [ "$rc" != 0 ]; then
+		tail -n 30 "$BASE/$name.log" >&2
+		say "$name failed (log: $BASE/$name.log); stopping the other runs"
+		stop_all
+		wait || true
+		exit 1
+	fi
+}
+# An interrupted run stops its jobs too.
+stop_all() {
+	for pid in "${!JOBNAME[@]}"; do
+		kill -- "-$pid" 2>/dev/null || true
+	done
+}
+trap 'stop_all; exit 130' INT TERM
+jobs_wait() {
+	while [ "${#JOBNAME[@]}" -gt 0 ]; do
+		reap
+	done
+}
+run_name() { echo "diffusion-b$1-d$2"; } # budget, diffusion seed
+stage_time() { say "$1: $(($(date +%s) - $2)) s"; }
+
+# 1. Teachers, scored on both splits (they are not tuned on either).
+if has teachers; then
+	t=$(date +%s)
+	rm -rf "$BASE"
+	mkdir -p "$RES"
+	for s in $SEEDS; do
+		say "teacher seed $s"
+		job "t$s" PROXY_OUT="$BASE/t$s" DIFF_RUN=none EVAL_ON="dev heldout" TEACHER_SET="seed=$s ${TEACHER_SET:-}"
+	done
+	jobs_wait
+	for s in $SEEDS; do
+		cp "$BASE/t$s/teacher-dev.json" "$RES/teacher-dev-t$s.json"
+		cp "$BASE/t$s/teacher-heldout.json" "$RES/teacher-heldout-t$s.json"
+	done
+	stage_time teachers "$t"
+fi
 mkdir -p "$RES"
 
-# 1. Teachers, diffusion models, dev scores.
-for s in $SEEDS; do
-	keep=0
-	for d in $DIFF_SEEDS; do
-		say "teacher seed $s, diffusion seed $d"
-		KEEP=$keep PROXY_OUT=$BASE/t$s DIFF_RUN=diffusion-d$d EVAL_ON=dev THRESHOLD="$THRESHOLDS" \
-			TEACHER_SET="seed=$s ${TEACHER_SET:-}" DIFF_SET="seed=$d ${DIFF_SET:-}" scripts/proxy.sh >"$BASE/t$s-d$d.log" 2>&1 ||
-			{ tail -n 30 "$BASE/t$s-d$d.log" >&2; say "the run of teacher seed $s, diffusion seed $d failed (log: $BASE/t$s-d$d.log)"; exit 1; }
-		for th in $THRESHOLDS; do
-			cp "$BASE/t$s/diffusion-dev-$th.json" "$RES/dev-$th-t$s-d$d.json"
+# 2. Diffusion models.
+if has diffusion; then
+	t=$(date +%s)
+	for s in $SEEDS; do
+		for b in $BUDGETS; do
+			for d in $DIFF_SEEDS; do
+				r=$(run_name "$b" "$d")
+				say "teacher seed $s: $r ($((STEPS20 * b / 20)) steps)"
+				job "t$s-$r" KEEP=1 PROXY_OUT="$BASE/t$s" DIFF_RUN="$r" EVAL_ON=none \
+					DIFF_SET="seed=$d steps=$((STEPS20 * b / 20)) ${DIFF_SET:-}"
+			done
 		done
-		keep=1
 	done
-	cp "$BASE/t$s/teacher-dev.json" "$RES/teacher-dev-t$s.json"
-done
-
-# 2. The threshold, on dev alone.
-best= bestscore= fastest= fastest_tpf=
-{
-	echo "dev split, $(wc -w <<<"$SEEDS") teacher seeds x $(wc -w <<<"$DIFF_SEEDS") diffusion seeds:"
-	echo "threshold  mean-normalised  sd  TPF  worst-task"
-} | tee "$BASE/summary.txt"
-for th in $THRESHOLDS; do
-	read -r mean sd tpf worst _ < <("$BIN" eval summary --brief "$RES"/dev-"$th"-*.json)
-	echo "$th  $mean  $sd  $tpf  $worst" | tee -a "$BASE/summary.txt"
-	if awk -v t="$tpf" -v m="$MIN_TPF" 'BEGIN { exit !(t >= m) }' &&
-		{ [ -z "$best" ] || awk -v a="$mean" -v b="$bestscore" 'BEGIN { exit !(a > b) }'; }; then
-		best=$th bestscore=$mean
-	fi
-	if [ -z "$fastest" ] || awk -v a="$tpf" -v b="$fastest_tpf" 'BEGIN { exit !(a > b) }'; then
-		fastest=$th fastest_tpf=$tpf
-	fi
-done
-if [ -z "$best" ]; then
-	say "no threshold reaches TPF $MIN_TPF on dev; taking the fastest, $fastest"
-	best=$fastest
+	jobs_wait
+	stage_time diffusion "$t"
 fi
-echo "chosen on dev: threshold $best (the best mean score with TPF >= $MIN_TPF)" | tee -a "$BASE/summary.txt"
 
-# 3. Held-out, at that threshold only.
-for s in $SEEDS; do
-	for d in $DIFF_SEEDS; do
-		KEEP=2 PROXY_OUT=$BASE/t$s DIFF_RUN=diffusion-d$d EVAL_ON=heldout THRESHOLD="$best" \
-			scripts/proxy.sh >>"$BASE/t$s-d$d.log" 2>&1 ||
-			{ tail -n 30 "$BASE/t$s-d$d.log" >&2; say "the held-out eval of teacher seed $s, diffusion seed $d failed"; exit 1; }
-		cp "$BASE/t$s/diffusion-heldout.json" "$RES/heldout-t$s-d$d.json"
+# 3. Dev scores at every threshold.
+if has dev; then
+	t=$(date +%s)
+	for s in $SEEDS; do
+		for b in $BUDGETS; do
+			for d in $DIFF_SEEDS; do
+				r=$(run_name "$b" "$d")
+				for m in $MODES; do
+					job "t$s-$r" KEEP=2 PROXY_OUT="$BASE/t$s" DIFF_RUN="$r" EVAL_ON=dev THRESHOLD="$THRESHOLDS" \
+						TAG="$(mode_name "$m")" EVAL_EXTRA="$(mode_json "$m")"
+				done
+			done
+		done
 	done
-	cp "$BASE/t$s/teacher-heldout.json" "$RES/teacher-heldout-t$s.json"
-done
-{
-	echo
-	echo "teachers (AR decoding) on the held-out split:"
-	"$BIN" eval summary "$RES"/teacher-heldout-t*.json
-	echo
-	echo "diffusion models on the held-out split at threshold $best:"
-	"$BIN" eval summary "$RES"/heldout-t*-d*.json
-} | tee -a "$BASE/summary.txt"
+	jobs_wait
+	for s in $SEEDS; do
+		for b in $BUDGETS; do
+			for d in $DIFF_SEEDS; do
+				r=$(run_name "$b" "$d")
+				for m in $MODES; do
+					m=$(mode_name "$m")
+					for th in $THRESHOLDS; do
+						src=$BASE/t$s/$r-dev-$th-$m.json
+						[ "$(wc -w <<<"$THRESHOLDS")" = 1 ] && src=$BASE/t$s/$r-dev-$m.json
+						cp "$src" "$RES/dev-b$b-$m-$th-t$s-d$d.json"
+					done
+				done
+			done
+		done
+	done
+	stage_time dev "$t"
+fi
+
+# 4. Per budget and mode, the threshold chosen on dev alone, then held-out
+#    once at it.
+if has heldout; then
+	t=$(date +%s)
+	declare -A CHOSEN=()
+	echo "proxy-seeds $(date -u +%F): SIZE=$SIZE, $(wc -w <<<"$SEEDS") teacher seeds x $(wc -w <<<"$DIFF_SEEDS") diffusion seeds" | tee -a "$BASE/summary.txt"
+	for b in $BUDGETS; do
+		for m in $MODES; do
+			m=$(mode_name "$m")
+			# Every threshold scored on dev in this or an earlier call.
+			ths=$(ls "$RES" | sed -n "s/^dev-b$b-$m-\(.*\)-t[0-9]*-d[0-9]*\.json\$/\1/p" | sort -gu)
+			[ -n "$ths" ] || { say "budget $b%, mode $m: no dev results, not scored"; continue; }
+			best= bestscore= fastest= fastest_tpf=
+			{
+				echo
+				echo "budget $b%, mode $m, dev split:"
+				echo "threshold  mean-normalised  sd  TPF  worst-task"
+			} | tee -a "$BASE/summary.txt"
+			for th in $ths; do
+				read -r mean sd tpf worst _ < <("$BIN" eval summary --brief "$RES"/dev-b"$b"-"$m"-"$th"-*.json)
+				echo "$th  $mean  $sd  $tpf  $worst" | tee -a "$BASE/summary.txt"
+				if awk -v t="$tpf" -v m="$MIN_TPF" 'BEGIN { exit !(t >= m) }' &&
+					{ [ -z "$best" ] || awk -v a="$mean" -v b="$bestscore" 'BEGIN { exit !(a > b) }'; }; then
+					best=$th bestscore=$mean
+				fi
+				if [ -z "$fastest" ] || awk -v a="$tpf" -v b="$fastest_tpf" 'BEGIN { exit !(a > b) }'; then
+					fastest=$th fastest_tpf=$tpf
+				fi
+			done
+			if [ -z "$best" ]; then
+				say "budget $b%, mode $m: no threshold reaches TPF $MIN_TPF on dev; taking the fastest, $fastest"
+				best=$fastest
+			fi
+			CHOSEN[$b-$m]=$best
+			echo "chosen on dev: threshold $best (the best mean score with TPF >= $MIN_TPF)" | tee -a "$BASE/summary.txt"
+		done
+	done
+	for s in $SEEDS; do
+		for b in $BUDGETS; do
+			for d in $DIFF_SEEDS; do
+				r=$(run_name "$b" "$d")
+				for m in $MODES; do
+					[ -n "${CHOSEN[$b-$(mode_name "$m")]:-}" ] || continue
+					job "t$s-$r" KEEP=2 PROXY_OUT="$BASE/t$s" DIFF_RUN="$r" EVAL_ON=heldout THRESHOLD="${CHOSEN[$b-$(mode_name "$m")]}" \
+						TAG="$(mode_name "$m")" EVAL_EXTRA="$(mode_json "$m")"
+				done
+			done
+		done
+	done
+	jobs_wait
+	for s in $SEEDS; do
+		for b in $BUDGETS; do
+			for d in $DIFF_SEEDS; do
+				for m in $MODES; do
+					m=$(mode_name "$m")
+					[ -n "${CHOSEN[$b-$m]:-}" ] || continue
+					cp "$BASE/t$s/$(run_name "$b" "$d")-heldout-$m.json" "$RES/heldout-b$b-$m-t$s-d$d.json"
+				done
+			done
+		done
+	done
+	{
+		echo
+		echo "teachers (AR decoding) on the held-out split:"
+		"$BIN" eval summary "$RES"/teacher-heldout-t*.json
+		for b in $BUDGETS; do
+			for m in $MODES; do
+				m=$(mode_name "$m")
+				[ -n "${CHOSEN[$b-$m]:-}" ] || continue
+				echo
+				echo "diffusion models, budget $b%, mode $m, on the held-out split at threshold ${CHOSEN[$b-$m]}:"
+				"$BIN" eval summary "$RES"/heldout-b"$b"-"$m"-t*-d*.json
+			done
+		done
+	} | tee -a "$BASE/summary.txt"
+	stage_time heldout "$t"
+fi

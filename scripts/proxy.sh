@@ -30,13 +30,18 @@
 #   THRESHOLD        the diffusion model's denoising threshold (0.97; "" for dllm.json's);
 #                    several, space-separated, are each scored
 #   EVAL_ON          the splits scored: heldout (default), dev, or "dev heldout"
-#                    (v2 only has dev); results in $OUT/{teacher,diffusion}-SPLIT[-T].json
+#                    (v2 only has dev), or none; results in
+#                    $OUT/{teacher,diffusion}-SPLIT[-T].json
 #   DIFF_RUN         the diffusion run's directory under PROXY_OUT (diffusion-run),
-#                    so that runs of several diffusion seeds can share a teacher
+#                    so that runs of several diffusion seeds can share a teacher;
+#                    none: the teacher alone (trained, converted, scored)
 #   KEEP=1           reuse the data and teacher of an earlier run in PROXY_OUT
 #                    (only the diffusion stage and the evals run again; the
 #                    teacher's results are reused where they exist)
 #   KEEP=2           reuse the diffusion model too (only the evals run again)
+#   EVAL_EXTRA       a JSON object merged into the diffusion model's requests
+#                    (dllm eval --extra), e.g. {"verify":true}
+#   TAG              appended to the diffusion model's result names (-TAG)
 #   PORT             first of the two ports the servers use (18400)
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -81,17 +86,19 @@ preset() { if [ -f "$CONF/$1-$TASKS.yaml" ]; then echo "$CONF/$1-$TASKS.yaml"; e
 if [ "${KEEP:-0}" = 0 ]; then
 	rm -rf "$OUT"
 fi
-mkdir -p "$OUT/bin"
+mkdir -p "$OUT"
 
-# Every stage runs a private copy of the binary and the shim: bin/ may be
-# rebuilt, with another shim ABI, while the proxy runs. A copy that does not
-# pass the smoke check (missing, or a binary and a shim of different
-# builds) is remade with make first.
-BIN=$OUT/bin/dllm
-export DLLM_TORCH_LIB=$(cd "$OUT/bin" && pwd)/libdllmtorch.so
+# Every stage runs a private copy of the binary and the shim, one per run
+# of this script: bin/ may be rebuilt, with another shim ABI, while the
+# proxy runs, and runs that share PROXY_OUT (scripts/proxy-seeds.sh) may
+# run at once. A copy that does not pass the smoke check (missing, or a
+# binary and a shim of different builds) is remade with make first.
+PRIV=$(mktemp -d "$OUT/.bin-XXXXXX")
+BIN=$PRIV/dllm
+export DLLM_TORCH_LIB=$(cd "$PRIV" && pwd)/libdllmtorch.so
 private_bin() {
 	rm -f "$BIN" "$DLLM_TORCH_LIB"
-	cp bin/dllm bin/libdllmtorch.so "$OUT/bin/" 2>/dev/null && "$BIN" version --smoke --device cpu >/dev/null 2>&1
+	cp bin/dllm bin/libdllmtorch.so "$PRIV/" 2>/dev/null && "$BIN" version --smoke --device cpu >/dev/null 2>&1
 }
 if ! private_bin; then
 	say "bin/dllm or bin/libdllmtorch.so is missing or they do not match; running make all"
@@ -124,17 +131,21 @@ TEACHER=$(ls -d "$OUT"/teacher-run/model-step-* | tail -n 1)
 
 # 3. Convert: as the AR baseline (blocks of 1 with the shift: exactly greedy
 #    AR decoding) and as the start of diffusion training (blocks of 8).
-if [ "${KEEP:-0}" != 2 ]; then
+#    Both are made once per teacher: runs that share it reuse them.
+for conv in "teacher-ar 1" "teacher-dllm 8"; do
+	set -- $conv
+	[ -s "$OUT/$1/dllm.json" ] || { "$BIN" convert --from "$TEACHER" --out "$OUT/$1.tmp" --block-size "$2" --hash fast >/dev/null && mv "$OUT/$1.tmp" "$OUT/$1"; }
+done
+if [ "${KEEP:-0}" != 2 ] && [ "$DIFF_RUN" != none ]; then
 	t=$(stamp)
-	rm -rf "$OUT/teacher-ar" "$OUT/teacher-dllm" "$OUT/$DIFF_RUN"
-	"$BIN" convert --from "$TEACHER" --out "$OUT/teacher-ar" --block-size 1 --hash fast >/dev/null
-	"$BIN" convert --from "$TEACHER" --out "$OUT/teacher-dllm" --block-size 8 --hash fast >/dev/null
+	rm -rf "${OUT:?}/$DIFF_RUN"
 	mapfile -t extra < <(sets "${DIFF_SET:-}")
 	"$BIN" train --config "$(preset diffusion)" --model "$OUT/teacher-dllm" \
 		--data "$OUT/data" --out "$OUT/$DIFF_RUN" ${extra[@]+"${extra[@]}"} >&2
 	SECS[diffusion]=$(($(stamp) - t))
 fi
-DIFF=$(ls -d "$OUT/$DIFF_RUN"/model-step-* | tail -n 1)
+DIFF=
+[ "$DIFF_RUN" = none ] || DIFF=$(ls -d "$OUT/$DIFF_RUN"/model-step-* | tail -n 1)
 
 # 4. Serve each and score it through the HTTP API.
 SERVER=
@@ -145,7 +156,7 @@ stop_server() {
 		SERVER=
 	fi
 }
-trap stop_server EXIT
+trap 'stop_server; rm -rf "$PRIV"' EXIT
 serve_model() { # name model port
 	"$BIN" serve --model "$2" --host 127.0.0.1 --port "$3" "${SERVE[@]}" \
 		--served-model-name "$1" 2>"$OUT/$1-serve.log" &
@@ -165,9 +176,11 @@ score() { # port split result [eval options...]: one eval, table to RESULT.txt
 		--max-tokens "$MAX_TOKENS" --temperature 0 --out "$OUT/$result.json" "$@" | tee "$OUT/$result.txt"
 }
 # The teacher's results are named teacher-SPLIT, the diffusion model's
-# diffusion-SPLIT (with -T when several thresholds are scored); the
-# held-out ones also as teacher.json and diffusion.json.
+# diffusion-SPLIT (with -T when several thresholds are scored; a DIFF_RUN
+# other than diffusion-run names them instead of "diffusion"); the held-out
+# ones also as teacher.json and diffusion.json.
 EVAL_ON=${EVAL_ON:-heldout}
+[ "$EVAL_ON" != none ] || EVAL_ON=
 THRESHOLD=${THRESHOLD-0.97}
 t=$(stamp)
 say "teacher (AR decoding, blocks of 1): $TEACHER"
@@ -183,24 +196,33 @@ done
 stop_server
 SECS[eval_teacher]=$(($(stamp) - t))
 t=$(stamp)
-say "diffusion model (blocks of 8): $DIFF"
-serve_model diffusion "$DIFF" "$((PORT + 1))"
-for split in $EVAL_ON; do
-	for th in ${THRESHOLD:-model}; do
-		opts=(--baseline "$OUT/teacher-$split.json")
-		[ "$th" = model ] || opts+=(--threshold "$th")
-		name=diffusion-$split
-		[ "$(wc -w <<<"${THRESHOLD:-model}")" = 1 ] || name=$name-$th
-		score "$((PORT + 1))" "$split" "$name" "${opts[@]}"
-		[ "$name" = diffusion-heldout ] && cp "$OUT/diffusion-heldout.json" "$OUT/diffusion.json"
+if [ -n "$DIFF" ] && [ -n "$EVAL_ON" ]; then
+	say "diffusion model (blocks of 8): $DIFF"
+	label=diffusion
+	[ "$DIFF_RUN" = diffusion-run ] || label=$DIFF_RUN
+	serve_model "$label" "$DIFF" "$((PORT + 1))"
+	for split in $EVAL_ON; do
+		for th in ${THRESHOLD:-model}; do
+			opts=(--baseline "$OUT/teacher-$split.json")
+			[ "$th" = model ] || opts+=(--threshold "$th")
+			[ -z "${EVAL_EXTRA:-}" ] || opts+=(--extra "$EVAL_EXTRA")
+			name=$label-$split
+			[ "$(wc -w <<<"${THRESHOLD:-model}")" = 1 ] || name=$name-$th
+			[ -z "${TAG:-}" ] || name=$name-$TAG
+			score "$((PORT + 1))" "$split" "$name" "${opts[@]}"
+			[ "$name" = diffusion-heldout ] && cp "$OUT/diffusion-heldout.json" "$OUT/diffusion.json"
+		done
 	done
-done
-stop_server
-SECS[eval_diffusion]=$(($(stamp) - t))
+	stop_server
+	SECS[eval_diffusion]=$(($(stamp) - t))
+fi
 
 # Summary.
 teacher_tokens=$(sed -n 's/.*"tokens_seen": *\([0-9]*\).*/\1/p' "$TEACHER/train.json" | head -n 1)
-diff_tokens=$(sed -n 's/.*"tokens_seen": *\([0-9]*\).*/\1/p' "$DIFF/train.json" | head -n 1)
+summary=$OUT/summary.txt
+[ "$DIFF_RUN" = diffusion-run ] || summary=$OUT/summary-$DIFF_RUN.txt
+diff_tokens=
+[ -z "$DIFF" ] || diff_tokens=$(sed -n 's/.*"tokens_seen": *\([0-9]*\).*/\1/p' "$DIFF/train.json" | head -n 1)
 {
 	echo
 	echo "proxy: teacher $teacher_tokens tokens, diffusion $diff_tokens tokens ($((100 * ${diff_tokens:-0} / ${teacher_tokens:-1}))% of the teacher's)"
@@ -208,4 +230,4 @@ diff_tokens=$(sed -n 's/.*"tokens_seen": *\([0-9]*\).*/\1/p' "$DIFF/train.json" 
 		[ -n "${SECS[$k]:-}" ] && echo "proxy: $k ${SECS[$k]} s"
 	done
 	echo "proxy: total $(($(stamp) - T0)) s; results in $OUT/teacher-*.json and $OUT/diffusion-*.json"
-} | tee "$OUT/summary.txt"
+} | tee "$summary"

@@ -22,15 +22,20 @@ type usage struct {
 // dllmUsage is usage.dllm: steps are the forwards after the prefill
 // (denoising steps and commits, docs/sampler.md), tpf = completion tokens /
 // steps.
+// With verify, checked and accepted count the drafted tokens checked
+// against the model's AR prediction and those it kept.
 type dllmUsage struct {
-	Steps int     `json:"steps"`
-	TPF   float64 `json:"tpf"`
+	Steps    int     `json:"steps"`
+	TPF      float64 `json:"tpf"`
+	Checked  int     `json:"checked,omitempty"`
+	Accepted int     `json:"accepted,omitempty"`
 }
 
 func usageOf(o *outcome) *usage {
 	u := &usage{PromptTokens: o.promptTokens, CompletionTokens: o.completionTokens, TotalTokens: o.promptTokens + o.completionTokens}
 	if o.steps > 0 {
-		u.DLLM = &dllmUsage{Steps: o.steps, TPF: math.Round(100*float64(o.completionTokens)/float64(o.steps)) / 100}
+		u.DLLM = &dllmUsage{Steps: o.steps, TPF: math.Round(100*float64(o.completionTokens)/float64(o.steps)) / 100,
+			Checked: o.checked, Accepted: o.accepted}
 	}
 	return u
 }

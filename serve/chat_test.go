@@ -69,6 +69,12 @@ func TestChatDefaults(t *testing.T) {
 	if o := eng.lastOptions(); o.FixedCommit != 3 || len(o.StopIDs) == 0 {
 		t.Errorf("tokens_per_step 3: options = %+v", o)
 	}
+	// The sampler extensions: a commit cap and verify decoding.
+	resp, b = post(t, ts.URL+"/v1/chat/completions", `{"messages":[{"role":"user","content":"Hi"}],"temperature":0,"max_commit":2,"verify":true}`)
+	decodeChat(t, resp, b)
+	if o := eng.lastOptions(); o.MaxCommit != 2 || !o.Verify {
+		t.Errorf("max_commit 2, verify: options = %+v", o)
+	}
 	resp, b = post(t, ts.URL+"/v1/chat/completions", `{"messages":[{"role":"user","content":"Hi"}],"ignore_eos":true}`)
 	decodeChat(t, resp, b)
 	if o := eng.lastOptions(); len(o.StopIDs) != 0 {

@@ -42,6 +42,8 @@ type outcome struct {
 	promptTokens     int
 	completionTokens int
 	steps            int // model forwards after the prefill (usage.dllm)
+	checked          int // with verify: drafted tokens checked (usage.dllm)
+	accepted         int // and kept
 }
 
 // run queues p, generates and hands the text to out. It holds the engine
@@ -136,7 +138,8 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, m *Model, p *genPar
 			return
 		}
 	}
-	o := &outcome{text: ts.String(), finish: res.FinishReason, promptTokens: len(p.prompt), completionTokens: len(res.IDs), steps: res.Steps}
+	o := &outcome{text: ts.String(), finish: res.FinishReason, promptTokens: len(p.prompt), completionTokens: len(res.IDs), steps: res.Steps,
+		checked: res.Checked, accepted: res.Accepted}
 	if ts.stopped {
 		o.finish = "stop"
 	}

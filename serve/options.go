@@ -51,6 +51,21 @@ func (f *samplingFields) options(m *Model, promptLen, defaultMax int) (diffusion
 		}
 		o.FixedCommit = int(*k)
 	}
+	if k := f.MaxCommit; k != nil {
+		if *k < 0 || *k > maxTokensPerStep {
+			return o, nil, badRequest("max_commit", fmt.Sprintf("max_commit must be between 0 and %d, got %d", maxTokensPerStep, *k))
+		}
+		o.MaxCommit = int(*k)
+	}
+	if v := f.Verify; v != nil {
+		o.Verify = *v
+	}
+	if o.Verify && o.Temperature > 0 {
+		return o, nil, badRequest("verify", fmt.Sprintf("verify decoding is greedy: temperature must be 0, got %v", o.Temperature))
+	}
+	if o.Verify && o.FixedCommit > 0 {
+		return o, nil, badRequest("verify", "verify and tokens_per_step cannot be combined")
+	}
 	if f.IgnoreEOS {
 		o.StopIDs = nil
 	}

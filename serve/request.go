@@ -43,6 +43,14 @@ type samplingFields struct {
 	// this many positions per denoising step, whatever their confidence,
 	// so speed does not depend on the weights.
 	TokensPerStep *int64 `json:"tokens_per_step"`
+	// MaxCommit is a dllm extension: at most this many positions are
+	// committed in one denoising step (the most confident above the
+	// threshold); 0 = no cap.
+	MaxCommit *int64 `json:"max_commit"`
+	// Verify is a dllm extension: every drafted block is checked against
+	// the model's own greedy left-to-right prediction, and only what it
+	// agrees with is output (greedy only).
+	Verify *bool `json:"verify"`
 	// IgnoreEOS is vLLM's extension, for benchmarks: generate to the length
 	// limit through end-of-sequence tokens (stop strings still apply).
 	IgnoreEOS bool `json:"ignore_eos"`

@@ -61,16 +61,17 @@ type Size struct {
 	// a problem's terms, list length, days, operations and word-problem
 	// steps.
 	SumTerms, SortLen, LedgerDays, CodeOps, WordSteps [2]int
-	// SumDigits bounds an operand's digits.
-	SumDigits [2]int
+	// SumDigits and SortDigits bound a sum operand's and a sorted number's
+	// digits.
+	SumDigits, SortDigits [2]int
 }
 
 // Sizes are the two problem sizes: the CPU proxy's, short enough for
 // 512-token sequences and a 330k-parameter teacher, and the GPU proxy's,
 // whose ledgers run to about a thousand tokens of work.
 var Sizes = map[string]Size{
-	"cpu": {Name: "cpu", SumTerms: [2]int{2, 3}, SumDigits: [2]int{1, 3}, SortLen: [2]int{3, 5}, LedgerDays: [2]int{3, 8}, CodeOps: [2]int{2, 3}, WordSteps: [2]int{1, 2}},
-	"gpu": {Name: "gpu", SumTerms: [2]int{2, 4}, SumDigits: [2]int{1, 4}, SortLen: [2]int{3, 8}, LedgerDays: [2]int{8, 30}, CodeOps: [2]int{2, 5}, WordSteps: [2]int{1, 3}},
+	"cpu": {Name: "cpu", SumTerms: [2]int{2, 2}, SumDigits: [2]int{1, 3}, SortLen: [2]int{3, 4}, SortDigits: [2]int{1, 2}, LedgerDays: [2]int{2, 5}, CodeOps: [2]int{2, 3}, WordSteps: [2]int{1, 1}},
+	"gpu": {Name: "gpu", SumTerms: [2]int{2, 4}, SumDigits: [2]int{1, 4}, SortLen: [2]int{3, 6}, SortDigits: [2]int{1, 3}, LedgerDays: [2]int{8, 30}, CodeOps: [2]int{2, 5}, WordSteps: [2]int{1, 3}},
 }
 
 // between draws an int in [b[0], b[1]].

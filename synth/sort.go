@@ -7,7 +7,8 @@ import (
 	"strings"
 )
 
-// genSort asks for a list of 3-8 distinct numbers of 1-3 digits (by size)
+// genSort asks for a list of distinct numbers (3-4 of 1-2 digits at the
+// CPU size, 3-6 of 1-3 at the GPU size)
 // sorted up or down; the answer is the list, "7, 19, 42, 319". The work is
 // selection sort: a line per pick, the number taken and what is left,
 // "19 | 42, 319", so each line finds its candidates in the line above.
@@ -15,7 +16,7 @@ func genSort(r *rand.Rand, s Size) Problem {
 	n := between(r, s.SortLen)
 	nums := make([]int, 0, n)
 	for len(nums) < n {
-		if v := randDigits(r, 1, 3); !slices.Contains(nums, v) {
+		if v := randDigits(r, s.SortDigits[0], s.SortDigits[1]); !slices.Contains(nums, v) {
 			nums = append(nums, v)
 		}
 	}
