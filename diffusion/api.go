@@ -90,11 +90,11 @@ type Result struct {
 	// with the shift) take N-1 steps.
 	Steps int
 	// TPF is tokens per forward, len(IDs) / Steps (Steps 0 counts as 1).
-	TPF      float64
+	TPF float64
 	// Checked and Accepted count, with Verify, the drafted tokens checked
 	// against the model's AR prediction and those of them it agreed with
 	// (a block's first token, the AR prediction itself, is not counted).
 	Checked, Accepted int
-	Prefill  time.Duration // time to process the prompt
-	Duration time.Duration // total time, prefill included
+	Prefill           time.Duration // time to process the prompt
+	Duration          time.Duration // total time, prefill included
 }
