@@ -255,7 +255,7 @@ func TestConvertPaddedRowIsLinked(t *testing.T) {
 		Source: diffusion.Source{Path: mustAbs(t, tinyLlama), SHA256: fileSHA256(t, filepath.Join(tinyLlama, model.SingleFileName)),
 			Architecture: "LlamaForCausalLM"},
 		WeightsSHA256: map[string]string{model.SingleFileName: fileSHA256(t, filepath.Join(tinyLlama, model.SingleFileName))},
-		CreatedBy:     "dllm test", CreatedAt: s.CreatedAt, Generation: diffusion.Generation{Threshold: 0.9, MaxStepsPerBlock: 32, TopP: 1},
+		CreatedBy:     "dllm test", CreatedAt: s.CreatedAt, Generation: diffusion.Generation{Threshold: 0.9, MaxStepsPerBlock: 32, TopP: 1, Verify: true},
 	}
 	if !reflect.DeepEqual(*s, want) {
 		t.Errorf("dllm.json:\n got %+v\nwant %+v", *s, want)

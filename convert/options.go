@@ -70,7 +70,7 @@ func DefaultOptions() Options {
 		DType:      "auto",
 		Shift:      true,
 		Attention:  diffusion.AttentionBlock,
-		Generation: diffusion.DefaultGeneration(0), // 0 steps: the block size
+		Generation: diffusion.DefaultGeneration(0, true), // 0 steps: the block size
 		Hash:       HashFull,
 	}
 }
@@ -89,6 +89,7 @@ type preset struct {
 		MaxStepsPerBlock *int     `yaml:"max_steps_per_block"`
 		Temperature      *float64 `yaml:"temperature"`
 		TopP             *float64 `yaml:"top_p"`
+		Verify           *bool    `yaml:"verify"`
 	} `yaml:"generation"`
 }
 
@@ -116,6 +117,11 @@ func (o *Options) ApplyPreset(path string) error {
 		set(&o.Generation.MaxStepsPerBlock, g.MaxStepsPerBlock)
 		set(&o.Generation.Temperature, g.Temperature)
 		set(&o.Generation.TopP, g.TopP)
+	}
+	// Verify follows the shift unless the preset sets it: it needs one.
+	o.Generation.Verify = o.Shift
+	if p.Generation != nil && p.Generation.Verify != nil {
+		o.Generation.Verify = *p.Generation.Verify
 	}
 	if err := o.check(); err != nil {
 		return fmt.Errorf("preset %s: %w", path, err)

@@ -34,6 +34,9 @@ func TestApplyPreset(t *testing.T) {
 			return o.BlockSize == 4 && o.MaskToken == "[MASK]" && o.DType == "f32" && !o.Shift && o.Hash == HashFast &&
 				g == diffusion.Generation{Threshold: 0.8, MaxStepsPerBlock: 2, Temperature: 0.7, TopP: 0.95}
 		}, ""},
+		{"verify follows the shift", "shift: false\n", func(o *Options) bool { return !o.Shift && !o.Generation.Verify }, ""},
+		{"verify off", "generation: {verify: false}\n", func(o *Options) bool { return o.Shift && !o.Generation.Verify }, ""},
+		{"verify without the shift", "shift: false\ngeneration: {verify: true}\n", nil, "verify needs shift"},
 		{"unknown key", "block_size: 8\nblok_size: 4\n", nil, "field blok_size not found"},
 		{"unknown nested key", "generation:\n  top_k: 5\n", nil, "field top_k not found"},
 		{"wrong type", "block_size: big\n", nil, "cannot unmarshal"},

@@ -478,8 +478,8 @@ func (p *Plan) Print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "dtype:     %s\n", dt)
 	s := p.Settings
-	fmt.Fprintf(w, "diffusion: block_size %d, attention %s, shift %v; threshold %g, max_steps_per_block %d, temperature %g, top_p %g\n",
-		s.BlockSize, s.Attention, s.Shift, s.Generation.Threshold, s.Generation.MaxStepsPerBlock, s.Generation.Temperature, s.Generation.TopP)
+	fmt.Fprintf(w, "diffusion: block_size %d, attention %s, shift %v; threshold %g, max_steps_per_block %d, temperature %g, top_p %g, verify %v\n",
+		s.BlockSize, s.Attention, s.Shift, s.Generation.Threshold, s.Generation.MaxStepsPerBlock, s.Generation.Temperature, s.Generation.TopP, s.Generation.Verify)
 	hash := "full sha256 of the weights"
 	if p.opts.Hash == HashFast {
 		hash = "fast fingerprint (headers and sizes)"

@@ -42,7 +42,7 @@ func tinySettings(block int, shift bool) *Settings {
 		BlockSize:     block,
 		Attention:     AttentionBlock,
 		Shift:         shift,
-		Generation:    DefaultGeneration(block),
+		Generation:    DefaultGeneration(block, shift),
 	}
 }
 

@@ -46,10 +46,12 @@ func ARSettings() *Settings {
 }
 
 // Defaults are the options dllm.json asks for that a zero value cannot
-// express (temperature and top-p); callers start from them and override
-// what a request sets. The other zero fields already mean dllm.json's.
+// express (temperature, top-p and verify); callers start from them and
+// override what a request sets. The other zero fields already mean
+// dllm.json's.
 func (s *Sampler) Defaults() Options {
-	return Options{Temperature: s.settings.Generation.Temperature, TopP: s.settings.Generation.TopP}
+	g := s.settings.Generation
+	return Options{Temperature: g.Temperature, TopP: g.TopP, Verify: g.Verify}
 }
 
 // Generate continues prompt until a stop token, o.MaxNewTokens, the context

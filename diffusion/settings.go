@@ -99,12 +99,19 @@ type Generation struct {
 	Temperature float64 `json:"temperature"`
 	// TopP is nucleus sampling's mass; 1 disables it.
 	TopP float64 `json:"top_p"`
+	// Verify checks every drafted block against the model's own greedy
+	// left-to-right prediction (Options.Verify) in greedy requests that do
+	// not say otherwise; sampled requests run without it. Needs the shift.
+	Verify bool `json:"verify,omitempty"`
 }
 
 // DefaultGeneration returns the sampler defaults for a block size: a 0.9
-// threshold (Fast-dLLM's choice between speed and quality), greedy.
-func DefaultGeneration(blockSize int) Generation {
-	return Generation{Threshold: 0.9, MaxStepsPerBlock: blockSize, Temperature: 0, TopP: 1}
+// threshold (Fast-dLLM's choice between speed and quality), greedy, and
+// verify decoding where the model has the shift: on the proxy (docs/
+// proxy.md) it kept the AR model's scores at four tokens per forward where
+// the threshold alone lost a third of them.
+func DefaultGeneration(blockSize int, shift bool) Generation {
+	return Generation{Threshold: 0.9, MaxStepsPerBlock: blockSize, Temperature: 0, TopP: 1, Verify: shift}
 }
 
 var hexSHA256 = regexp.MustCompile(`^[0-9a-f]{64}$`)
@@ -141,6 +148,8 @@ func (s *Settings) Validate(vocabSize int) error {
 		return fail("generation.temperature %v must be finite and >= 0", g.Temperature)
 	case !(g.TopP > 0 && g.TopP <= 1):
 		return fail("generation.top_p %v must be in (0, 1]", g.TopP)
+	case g.Verify && !s.Shift:
+		return fail("generation.verify needs shift: without it no logit row is a next-token prediction")
 	}
 	if err := checkWeightSums(s.WeightsSHA256); err != nil {
 		return fail("%v", err)

@@ -25,7 +25,7 @@ func validSettings() *Settings {
 		WeightsSHA256: map[string]string{"model.safetensors": strings.Repeat("cd", 32)},
 		CreatedBy:     "dllm test",
 		CreatedAt:     time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC),
-		Generation:    DefaultGeneration(32),
+		Generation:    DefaultGeneration(32, true),
 	}
 }
 
@@ -73,6 +73,8 @@ func TestValidate(t *testing.T) {
 		{"bad sha", func(s *Settings) { s.Source.SHA256 = "xyz" }, 512, "source.sha256"},
 		{"bad fingerprint", func(s *Settings) { s.Source.Fingerprint = "ABC" }, 512, "source.fingerprint"},
 		{"no weight sums", func(s *Settings) { s.WeightsSHA256 = nil }, 512, ""},
+		{"verify without the shift", func(s *Settings) { s.Shift, s.Generation.Verify = false, true }, 512, "verify needs shift"},
+		{"no shift, no verify", func(s *Settings) { s.Shift, s.Generation.Verify = false, false }, 512, ""},
 		{"shard sums", weightSums("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"), 512, ""},
 		{"weight sum uppercase", func(s *Settings) { s.WeightsSHA256["model.safetensors"] = strings.Repeat("AB", 32) }, 512, "64 lowercase hex"},
 		{"weight sum short", func(s *Settings) { s.WeightsSHA256["model.safetensors"] = "abcd" }, 512, "64 lowercase hex"},

@@ -1,26 +1,26 @@
 #!/usr/bin/env bash
 # The GPU-size proxy over seeds (scripts/proxy-seeds.sh, docs/proxy.md) in
 # parts that each fit one 10-minute call of a lent GPU machine, run back to
-# back on the same machine (each reuses the last one's out/):
+# back on the same machine (each reuses the last one's out/; on an H100
+# they take about 595, 490 and 370 s):
 #
 #   scripts/gpu-proxy-seeds.sh a   # the shim, 3 teachers (at once), scored
-#   scripts/gpu-proxy-seeds.sh b   # 12 diffusion models (20% and 5%), dev scores
-#   scripts/gpu-proxy-seeds.sh c   # sampler modes on dev, then held-out scores
+#   scripts/gpu-proxy-seeds.sh b   # 6 diffusion models at 20%, dev scores
+#   scripts/gpu-proxy-seeds.sh c   # their held-out scores; 6 at 5%, dev scores
 #
-# bin/dllm is built on the dev box and carried; the shim is built here.
-# Tables and results are copied to $OUT when it is set.
+# Each diffusion model is scored in the sampler modes plain (threshold
+# alone) and verify, at THRESHOLDS (0.9). bin/dllm is built on the dev box
+# and carried; the shim is built here. Tables and results are copied to
+# $OUT (results.tgz) when it is set.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-export SIZE=gpu TASKS=v2 SEEDS_OUT=out/seeds-gpu SEEDS="0 1 2" DIFF_SEEDS="1 2" BUDGETS="20 5"
-MODES_C=${MODES_C:-verify={\"verify\":true} cap2={\"max_commit\":2}}
+export SIZE=gpu TASKS=v2 SEEDS_OUT=out/seeds-gpu SEEDS="0 1 2" DIFF_SEEDS="1 2"
+export MODES='plain={"verify":false} verify={"verify":true}' THRESHOLDS=${THRESHOLDS:-0.9}
 T0=$(date +%s)
 left() { echo $((570 - ($(date +%s) - T0))); }
 save() {
 	[ -n "${OUT:-}" ] || return 0
-	mkdir -p "$OUT/results"
-	cp "$SEEDS_OUT"/summary.txt "$OUT/" 2>/dev/null || true
-	cp "$SEEDS_OUT"/results/*.json "$OUT/results/" 2>/dev/null || true
-	grep -h "proxy-seeds: [a-z]*: [0-9]* s" "$SEEDS_OUT"/*.out >"$OUT/stages.txt" 2>/dev/null || true
+	tar czf "$OUT/results.tgz" "$SEEDS_OUT"/results "$SEEDS_OUT"/summary.txt "$SEEDS_OUT"/*.out 2>/dev/null || true
 }
 trap save EXIT
 nvidia-smi --query-gpu=name,memory.used --format=csv,noheader
@@ -34,21 +34,18 @@ a)
 	done
 	;;
 b)
-	STAGES=diffusion JOBS=6 scripts/proxy-seeds.sh 2>&1 | tee "$SEEDS_OUT/b1.out" | grep -v "^proxy-seeds: teacher seed"
-	STAGES=dev JOBS=8 MODES=base THRESHOLDS="0.9 0.95 0.97 0.99" timeout "$(left)" scripts/proxy-seeds.sh 2>&1 | tee "$SEEDS_OUT/b2.out"
-	for b in $BUDGETS; do
-		for th in 0.9 0.95 0.97 0.99; do
-			echo "budget $b% base $th: $(bin/dllm eval summary --brief "$SEEDS_OUT"/results/dev-b"$b"-base-"$th"-*.json)"
-		done
-	done
+	BUDGETS=20 STAGES=diffusion JOBS=6 scripts/proxy-seeds.sh 2>&1 | tee "$SEEDS_OUT/b1.out" | grep -v "^proxy-seeds: teacher seed"
+	BUDGETS=20 STAGES=dev JOBS=12 timeout "$(left)" scripts/proxy-seeds.sh 2>&1 | tee "$SEEDS_OUT/b2.out" | tail -n 2
 	;;
 c)
-	for m in $MODES_C; do
-		ths="0.9 0.97"
-		[[ "$m" == verify* ]] && ths="0.5 0.7 0.9"
-		STAGES=dev JOBS=12 BUDGETS=20 MODES="$m" THRESHOLDS="$ths" timeout "$(left)" scripts/proxy-seeds.sh 2>&1 | tee -a "$SEEDS_OUT/c1.out"
+	BUDGETS=20 STAGES=heldout JOBS=12 timeout "$(left)" scripts/proxy-seeds.sh 2>&1 | tee "$SEEDS_OUT/c1.out" | tail -n 40
+	BUDGETS=5 STAGES=diffusion JOBS=6 timeout "$(left)" scripts/proxy-seeds.sh >"$SEEDS_OUT/c2.out" 2>&1
+	BUDGETS=5 STAGES=dev JOBS=12 timeout "$(left)" scripts/proxy-seeds.sh >"$SEEDS_OUT/c3.out" 2>&1
+	for m in plain verify; do
+		for th in $THRESHOLDS; do
+			echo "budget 5%, $m, threshold $th, dev (mean sd TPF worst runs): $(bin/dllm eval summary --brief "$SEEDS_OUT"/results/dev-b5-$m-$th-*.json)"
+		done
 	done
-	STAGES=heldout JOBS=12 MODES="base $MODES_C" timeout "$(left)" scripts/proxy-seeds.sh 2>&1 | tee "$SEEDS_OUT/c2.out" | tail -80
 	;;
 *)
 	echo "usage: $0 a|b|c" >&2

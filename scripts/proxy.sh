@@ -27,7 +27,7 @@
 #   MAX_TOKENS       the eval's max_tokens (320 for v1; v2: 512, 1536 with SIZE=gpu)
 #   TEACHER_SET      extra --set KEY=VALUE words for the teacher's training
 #   DIFF_SET         extra --set KEY=VALUE words for the diffusion training
-#   THRESHOLD        the diffusion model's denoising threshold (0.97; "" for dllm.json's);
+#   THRESHOLD        the diffusion model's denoising threshold (0.9; "" for dllm.json's);
 #                    several, space-separated, are each scored
 #   EVAL_ON          the splits scored: heldout (default), dev, or "dev heldout"
 #                    (v2 only has dev), or none; results in
@@ -181,7 +181,7 @@ score() { # port split result [eval options...]: one eval, table to RESULT.txt
 # ones also as teacher.json and diffusion.json.
 EVAL_ON=${EVAL_ON:-heldout}
 [ "$EVAL_ON" != none ] || EVAL_ON=
-THRESHOLD=${THRESHOLD-0.97}
+THRESHOLD=${THRESHOLD-0.9}
 t=$(stamp)
 say "teacher (AR decoding, blocks of 1): $TEACHER"
 started=

@@ -82,6 +82,27 @@ func TestChatDefaults(t *testing.T) {
 	}
 }
 
+// dllm.json's verify applies to greedy requests that do not say otherwise.
+func TestVerifyDefault(t *testing.T) {
+	eng := &fakeEngine{output: "x", eos: true}
+	_, ts := testServer(t, eng, Config{}, func(m *Model) { m.Defaults.Verify = true })
+	for _, c := range []struct {
+		body string
+		want bool
+	}{
+		{`{"messages":[{"role":"user","content":"Hi"}]}`, true},
+		{`{"messages":[{"role":"user","content":"Hi"}],"temperature":0.7}`, false},
+		{`{"messages":[{"role":"user","content":"Hi"}],"tokens_per_step":2}`, false},
+		{`{"messages":[{"role":"user","content":"Hi"}],"verify":false}`, false},
+	} {
+		resp, b := post(t, ts.URL+"/v1/chat/completions", c.body)
+		decodeChat(t, resp, b)
+		if o := eng.lastOptions(); o.Verify != c.want {
+			t.Errorf("%s: verify %v, want %v", c.body, o.Verify, c.want)
+		}
+	}
+}
+
 func TestMaxTokens(t *testing.T) {
 	eng := &fakeEngine{output: "abc def ghi", eos: true}
 	_, ts := testServer(t, eng, Config{}, func(m *Model) { m.ContextLength = 100 })

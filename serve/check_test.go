@@ -39,7 +39,7 @@ func tinyModelFiles(t *testing.T, tokenizerConfig []byte) string {
 		}
 	}
 	s := &diffusion.Settings{FormatVersion: diffusion.FormatVersion, MaskTokenID: 511, MaskToken: diffusion.DefaultMaskToken,
-		BlockSize: 4, Attention: diffusion.AttentionBlock, Shift: true, Generation: diffusion.DefaultGeneration(4)}
+		BlockSize: 4, Attention: diffusion.AttentionBlock, Shift: true, Generation: diffusion.DefaultGeneration(4, true)}
 	if err := s.Save(dir); err != nil {
 		t.Fatal(err)
 	}

@@ -194,6 +194,7 @@ func (c *Checked) Load(ctx context.Context, o LoadOptions) (m *Model, err error)
 			MaxStepsPerBlock: g.MaxStepsPerBlock,
 			Temperature:      g.Temperature,
 			TopP:             g.TopP,
+			Verify:           g.Verify,
 			StopIDs:          c.StopIDs,
 			ContextLimit:     c.ContextLength(o.MaxModelLen),
 		},

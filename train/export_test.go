@@ -43,7 +43,7 @@ func writeCheckpoint(t *testing.T) string {
 		t.Fatal(err)
 	}
 	s := diffusion.Settings{FormatVersion: diffusion.FormatVersion, MaskTokenID: tinyMaskID, MaskToken: diffusion.DefaultMaskToken,
-		BlockSize: 4, Attention: diffusion.AttentionBlock, Shift: true, Generation: diffusion.DefaultGeneration(4),
+		BlockSize: 4, Attention: diffusion.AttentionBlock, Shift: true, Generation: diffusion.DefaultGeneration(4, true),
 		WeightsSHA256: map[string]string{"model-00001-of-00002.safetensors": strings.Repeat("0", 64)}}
 	settings, _ := jsonMarshal(s)
 	abs, _ := filepath.Abs(src)

@@ -33,7 +33,7 @@ func tinyModel(t *testing.T) string {
 	}
 	// The sums a converted model would carry.
 	s := &diffusion.Settings{FormatVersion: diffusion.FormatVersion, MaskTokenID: tinyMaskID, MaskToken: diffusion.DefaultMaskToken,
-		BlockSize: 4, Attention: diffusion.AttentionBlock, Shift: true, Generation: diffusion.DefaultGeneration(4),
+		BlockSize: 4, Attention: diffusion.AttentionBlock, Shift: true, Generation: diffusion.DefaultGeneration(4, true),
 		WeightsSHA256: map[string]string{"model.safetensors": sha256File(t, filepath.Join(src, "model.safetensors"))}}
 	if err := s.Save(dir); err != nil {
 		t.Fatal(err)

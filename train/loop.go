@@ -317,7 +317,7 @@ func (t *trainer) loadSettings(resumeDir string) error {
 		}
 		bs := cfg.FinalBlockSize()
 		s = &diffusion.Settings{FormatVersion: diffusion.FormatVersion, MaskTokenID: id, MaskToken: diffusion.DefaultMaskToken,
-			BlockSize: bs, Attention: diffusion.AttentionBlock, Shift: cfg.Shift, Generation: diffusion.DefaultGeneration(bs)}
+			BlockSize: bs, Attention: diffusion.AttentionBlock, Shift: cfg.Shift, Generation: diffusion.DefaultGeneration(bs, cfg.Shift)}
 	default:
 		return fmt.Errorf("train: %w; or set mask_token_id to train an unconverted checkpoint", err)
 	}

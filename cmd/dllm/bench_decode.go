@@ -304,7 +304,7 @@ func benchDecodeModel(c *cli.Command, dev torch.Device, dt torch.DType) (*model.
 			BlockSize:     c.Int("block"),
 			Attention:     diffusion.AttentionBlock,
 			Shift:         true,
-			Generation:    diffusion.DefaultGeneration(c.Int("block")),
+			Generation:    diffusion.DefaultGeneration(c.Int("block"), true),
 		}
 	}
 	if err := st.Validate(m.Config.VocabSize); err != nil {

@@ -46,7 +46,7 @@ func convertedTiny(t *testing.T) string {
 	}
 	s := &diffusion.Settings{
 		FormatVersion: diffusion.FormatVersion, MaskTokenID: 500, MaskToken: diffusion.DefaultMaskToken,
-		BlockSize: 4, Attention: diffusion.AttentionBlock, Shift: true, Generation: diffusion.DefaultGeneration(4),
+		BlockSize: 4, Attention: diffusion.AttentionBlock, Shift: true, Generation: diffusion.DefaultGeneration(4, true),
 	}
 	if err := s.Save(dir); err != nil {
 		t.Fatal(err)
