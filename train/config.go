@@ -179,6 +179,13 @@ type Config struct {
 	// ARLossWeight adds this times the AR loss of the clean copy (block
 	// objective only; I-DLM). Default 0.
 	ARLossWeight float64 `yaml:"ar_loss_weight" json:"ar_loss_weight"`
+	// ConfidenceLossWeight adds this times the entropy of the prediction at
+	// every diffusion target the model already predicts right (argmax =
+	// target), over the step's targets: LLaDA2.0's confidence-aware
+	// parallel (CAP) loss, which sharpens correct predictions so that more
+	// of them pass a threshold in one step. Not at the clean copy's AR
+	// targets. Default 0.
+	ConfidenceLossWeight float64 `yaml:"confidence_loss_weight" json:"confidence_loss_weight"`
 	// AnnealSteps (mdm only) anneals attention from causal to bidirectional:
 	// mask = causal OR (u < p), p rising linearly from 0 to 1 over these
 	// steps (DiffuLLaMA). 0 (default): bidirectional from the start.
@@ -420,6 +427,12 @@ func (c *Config) Validate() error {
 	}
 	if c.ARLossWeight > 0 && c.Objective != ObjectiveBlock {
 		bad("ar_loss_weight: only the block objective has a clean copy to take an AR loss on")
+	}
+	if !(c.ConfidenceLossWeight >= 0) || math.IsInf(c.ConfidenceLossWeight, 0) {
+		bad("confidence_loss_weight %v: want a finite value >= 0", c.ConfidenceLossWeight)
+	}
+	if c.ConfidenceLossWeight > 0 && c.Objective == ObjectiveAR {
+		bad("confidence_loss_weight: the ar objective has no diffusion targets")
 	}
 	if c.AnnealSteps < 0 {
 		bad("anneal_steps %d: want >= 0", c.AnnealSteps)

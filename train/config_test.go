@@ -79,6 +79,8 @@ func TestConfigParse(t *testing.T) {
 		{"schedule must start at 0", valid + "block_schedule: [{step: 3, size: 4}]\n", "first stage must start at step 0", nil},
 		{"schedule order", valid + "block_schedule: [{step: 0, size: 4}, {step: 0, size: 8}]\n", "not after the previous", nil},
 		{"ar weight needs block", valid + "objective: mdm\nar_loss_weight: 1\n", "only the block objective", nil},
+		{"confidence weight negative", valid + "confidence_loss_weight: -1\n", "confidence_loss_weight -1", nil},
+		{"confidence weight needs diffusion", valid + "objective: ar\nconfidence_loss_weight: 1\n", "no diffusion targets", nil},
 		{"anneal needs mdm", valid + "anneal_steps: 10\n", "belongs to the mdm objective", nil},
 		{"no steps", "model: m\ndata: {train: d}\n", "steps 0", nil},
 		{"bad dtype", valid + "dtype: fp8\n", `dtype "fp8"`, nil},

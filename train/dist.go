@@ -229,11 +229,11 @@ func (t *trainer) reduce(st *stepStats) error {
 	if err := torch.Try(func() { t.group.AllReduceGrads(t.all) }); err != nil {
 		return fmt.Errorf("train: step %d: %w", t.state.Step+1, err)
 	}
-	v, err := t.sum(st.loss, st.arLoss, st.distill)
+	v, err := t.sum(st.loss, st.arLoss, st.distill, st.conf)
 	if err != nil {
 		return err
 	}
-	st.loss, st.arLoss, st.distill = v[0], v[1], v[2]
+	st.loss, st.arLoss, st.distill, st.conf = v[0], v[1], v[2], v[3]
 	return nil
 }
 

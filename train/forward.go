@@ -18,6 +18,7 @@ type net struct {
 	chunk   int          // loss_chunk_rows
 	invFreq *torch.Tensor
 	distill *distiller // the frozen teacher; nil without distillation
+	conf    float64    // confidence_loss_weight
 	flash   bool       // the block layout through torch.Layout (flashLayout)
 }
 
@@ -212,11 +213,13 @@ func (n *net) hidden(v *model.Model, in inputs) (h *torch.Tensor, finish func())
 // chunk's loss is backpropagated at once (into hd's grad and the head's).
 // With dt (distillation, rows of hd = dt's targets) each chunk's loss also
 // gets the distillation term of its rows, from the same float32 logits;
-// that part is returned on its own as distill.
-func (n *net) headLoss(head, hd *torch.Tensor, t *targets, scale float64, backward bool, dt *distillTargets) (total, distill float64) {
+// that part is returned on its own as distill. With conf > 0 it also gets
+// conf * scale * the sum of the entropies of the rows whose argmax is
+// their target (the confidence loss), returned on its own as confl.
+func (n *net) headLoss(head, hd *torch.Tensor, t *targets, scale float64, backward bool, dt *distillTargets, conf float64) (total, distill, confl float64) {
 	N := int64(len(t.rows))
 	if N == 0 {
-		return 0, 0
+		return 0, 0, 0
 	}
 	dev := n.m.Device
 	ids := toDevice(torch.FromSlice(t.ids), dev)   // (N)
@@ -245,6 +248,13 @@ func (n *net) headLoss(head, hd *torch.Tensor, t *targets, scale float64, backwa
 			soft.free()
 			l = both
 		}
+		if conf > 0 {
+			cl := confidenceLoss(lf, tc, conf*scale) // ()
+			confl += cl.Item()
+			both := l.Add(cl)
+			torch.Free(l, cl)
+			l = both
+		}
 		// Autograd keeps what the backward pass reads (the log-softmax
 		// outputs, the teacher's p), not the logits themselves: freeing them
 		// first keeps two (k, V) tensors out of the backward's peak.
@@ -254,20 +264,36 @@ func (n *net) headLoss(head, hd *torch.Tensor, t *targets, scale float64, backwa
 		}
 		torch.Free(hc, tc, wc, ce, wce, sum, l)
 	}
-	return total, distill
+	return total, distill, confl
+}
+
+// confidenceLoss is scale * sum over the rows of logits (k, V) float32
+// whose argmax is their target ids (k) of the entropy of their softmax:
+// minimising it sharpens predictions that are already right and leaves
+// wrong ones to the cross-entropy (LLaDA2.0's CAP loss).
+func confidenceLoss(logits, ids *torch.Tensor, scale float64) *torch.Tensor {
+	var tmp []*torch.Tensor
+	keep := func(t *torch.Tensor) *torch.Tensor { tmp = append(tmp, t); return t }
+	defer func() { torch.Free(tmp...) }()
+	logp := keep(logits.LogSoftmax(1))                                      // (k, V)
+	ent := keep(keep(keep(keep(logp.Exp()).Mul(logp)).Sum(1, false)).Neg()) // (k)
+	right := keep(keep(keep(logits.Detach()).Argmax(1, false)).Eq(ids))     // (k) bool
+	mask := keep(right.To(torch.Float32, logits.Device()))                  // (k)
+	return keep(keep(ent.Mul(mask)).SumAll()).MulScalar(scale)
 }
 
 // lossParts are one micro-batch's losses, already divided by the step's
 // normalisers.
-type lossParts struct{ diff, ar, distill float64 }
+type lossParts struct{ diff, ar, distill, conf float64 }
 
 // trainMicro runs one micro-batch forward and backward: it adds to the
 // master weights' gradients the gradient of
 //
 //	(sum_diff w_i CE_i + sum_ar w_i CE_i) / norm
 //	  + weight * T^2 * sum_diff KL_i / distillNorm      (with distillation)
+//	  + conf * sum_{diff, argmax right} H_i / norm      (confidence_loss_weight)
 //
-// and returns the three parts.
+// and returns the four parts.
 func (n *net) trainMicro(mb *microBatch, base *torch.Tensor, norm, distillNorm float64) (lp lossParts, err error) {
 	defer torch.Recover(&err)
 	nd, na := len(mb.diff.rows), len(mb.ar.rows)
@@ -293,8 +319,8 @@ func (n *net) trainMicro(mb *microBatch, base *torch.Tensor, norm, distillNorm f
 	// 4. The head and the loss, chunk by chunk, backpropagated into hd.
 	hd := hsel.Detach().SetRequiresGrad(true)
 	dpart, apart := hd.Narrow(0, 0, int64(nd)), hd.Narrow(0, int64(nd), int64(na))
-	lp.diff, lp.distill = n.headLoss(v.Head, dpart, &mb.diff, 1/norm, true, dt)
-	lp.ar, _ = n.headLoss(v.Head, apart, &mb.ar, 1/norm, true, nil)
+	lp.diff, lp.distill, lp.conf = n.headLoss(v.Head, dpart, &mb.diff, 1/norm, true, dt, n.conf)
+	lp.ar, _, _ = n.headLoss(v.Head, apart, &mb.ar, 1/norm, true, nil, 0)
 	torch.Free(dpart, apart)
 	// 5. On through the body.
 	g := hd.Grad()
@@ -329,7 +355,7 @@ func (n *net) evalMicro(mb *microBatch, base *torch.Tensor, norm float64) (lp lo
 			}
 			rows := toDevice(torch.FromSlice(part.t.rows), n.m.Device)
 			hs := flat.IndexSelect(0, rows)
-			*part.out, _ = n.headLoss(v.Head, hs, part.t, 1/norm, false, nil)
+			*part.out, _, _ = n.headLoss(v.Head, hs, part.t, 1/norm, false, nil, 0)
 			torch.Free(rows, hs)
 		}
 		torch.Free(flat, h)

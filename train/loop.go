@@ -186,6 +186,7 @@ func newTrainer(cfg Config, o Options) (_ *trainer, err error) {
 	}
 	t.closers = append(t.closers, closerFunc(func() error { m.Free(); return nil }))
 	t.net = newNet(m, dtype, cfg.CheckpointLayers, cfg.KeepLayers, cfg.LossChunkRows)
+	t.net.conf = cfg.ConfidenceLossWeight
 	if t.net.distill, err = newDistiller(&t.cfg, mcfg, t.dev, dtype); err != nil {
 		return nil, err
 	}
@@ -436,6 +437,7 @@ func (t *trainer) baseMask(bs int) *torch.Tensor {
 type stepStats struct {
 	loss, arLoss, gradNorm float64
 	distill                float64 // the distillation part of loss
+	conf                   float64 // the confidence part of loss
 	flops                  float64
 	tokens                 int64
 }
@@ -473,9 +475,10 @@ func (t *trainer) step() (st stepStats, err error) {
 		if err != nil {
 			return st, err
 		}
-		st.loss += lp.diff + lp.ar + lp.distill
+		st.loss += lp.diff + lp.ar + lp.distill + lp.conf
 		st.arLoss += lp.ar
 		st.distill += lp.distill
+		st.conf += lp.conf
 		st.flops += t.flops.of(mb) + t.net.distill.flopsOf(mb)
 	}
 	if err := t.reduce(&st); err != nil {
@@ -635,7 +638,7 @@ func (t *trainer) run(ctx context.Context) (res *Result, err error) {
 		dt := time.Since(t0).Seconds()
 		res.Losses = append(res.Losses, st.loss)
 		step := t.state.Step
-		rec := Record{Step: step, Loss: st.loss, ARLoss: st.arLoss, DistillLoss: st.distill, LR: c.LRAt(step - 1), BlockSize: t.state.BlockSize,
+		rec := Record{Step: step, Loss: st.loss, ARLoss: st.arLoss, DistillLoss: st.distill, ConfidenceLoss: st.conf, LR: c.LRAt(step - 1), BlockSize: t.state.BlockSize,
 			Tokens: t.state.TokensSeen, TokPerSec: float64(st.tokens) / dt, GradNorm: st.gradNorm, Time: time.Now().UTC().Format(time.RFC3339)}
 		if t.dev.CUDA {
 			mfu := st.flops / dt / (c.PeakTFLOPS * 1e12)

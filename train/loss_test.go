@@ -13,6 +13,7 @@ func TestLossFalls(t *testing.T) {
 	}{
 		{"block", func(c *Config) {}},
 		{"block-ckpt-ar-weight", func(c *Config) { c.CheckpointLayers = true; c.ARLossWeight = 0.5 }},
+		{"block-confidence", func(c *Config) { c.ConfidenceLossWeight = 0.3 }},
 		{"ar", func(c *Config) { c.Objective = ObjectiveAR }},
 		{"mdm", func(c *Config) { c.Objective = ObjectiveMDM }},
 		{"mdm-anneal", func(c *Config) { c.Objective = ObjectiveMDM; c.AnnealSteps = 20; c.Shift = false }},

@@ -29,6 +29,8 @@ type Record struct {
 	// DistillLoss is the distill.weight part of Loss: weight * T^2 * the
 	// mean KL(teacher || student) over the step's targets.
 	DistillLoss float64 `json:"distill_loss,omitempty"`
+	// ConfidenceLoss is the confidence_loss_weight part of Loss.
+	ConfidenceLoss float64 `json:"confidence_loss,omitempty"`
 	// EvalLoss is set on steps that ran the eval.
 	EvalLoss *float64 `json:"eval_loss,omitempty"`
 	Time     string   `json:"time"`
@@ -147,6 +149,9 @@ func (r *reporter) step(rec Record) {
 	loss := fmt.Sprintf("loss %.4f", rec.Loss)
 	if rec.DistillLoss != 0 {
 		loss += fmt.Sprintf(" (distill %.4f)", rec.DistillLoss)
+	}
+	if rec.ConfidenceLoss != 0 {
+		loss += fmt.Sprintf(" (confidence %.4f)", rec.ConfidenceLoss)
 	}
 	if r.bar != nil {
 		r.bar.Describe(fmt.Sprintf("%s lr %.2e bs %d %s tok/s mfu %s", loss, rec.LR, rec.BlockSize, siCount(rec.TokPerSec), mfu))
