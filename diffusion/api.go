@@ -52,7 +52,16 @@ type Options struct {
 	// commits: at most this many of those above the threshold, the most
 	// confident first, so that few tokens that must agree with each other
 	// (the digits of one number) are decided in the same step. 0 = no cap.
-	MaxCommit int
+	// MinCommit, when positive, makes every step commit at least this many
+	// (the most confident), for speed.
+	MaxCommit, MinCommit int
+	// ErrorBudget, when positive, replaces the threshold with a dynamic
+	// one: a step commits the most confident positions while the sum of
+	// their probabilities of being wrong (1 - p) stays within the budget,
+	// so a step commits many sure tokens or few doubtful ones (after the
+	// entropy-bounded sampler of Ben-Hamu et al., with 1 - p for the
+	// entropy).
+	ErrorBudget float64
 	// Verify checks every drafted block against the model's own
 	// left-to-right prediction before any of it is output, and keeps only
 	// the prefix that prediction agrees with (docs/sampler.md, "Verify"):

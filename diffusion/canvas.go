@@ -47,33 +47,51 @@ func (c *canvas) masked() int {
 	return n
 }
 
+// commitRule is how a threshold step chooses the positions it commits.
+type commitRule struct {
+	threshold float64 // commit every position at least this probable
+	// budget > 0 replaces the threshold: commit, most confident first, while
+	// the summed probability of being wrong (1 - p) stays within it.
+	budget   float64
+	min, max int // at least / at most this many a step (0: no bound)
+}
+
 // commit fixes masked positions from one step's candidates tok and their
-// probabilities conf (for positions 0..len(tok)-1): every one whose
-// probability reaches threshold, at most limit of them (the most confident;
-// 0 = no limit), else the single most confident one (the first on a tie);
-// all of them when all is set.
-func (c *canvas) commit(tok []int64, conf []float64, threshold float64, limit int, all bool) {
-	var sure []int // masked positions at or above the threshold
-	best := -1
+// probabilities conf (for positions 0..len(tok)-1) by rule r: those it
+// accepts, never fewer than r.min nor more than r.max (the most
+// confident; 0 = no bound) and always at least the single most confident
+// one (the first on a tie); all of them when all is set.
+func (c *canvas) commit(tok []int64, conf []float64, r commitRule, all bool) {
+	var open []int // masked positions, most confident first
 	for i := range tok {
-		if c.fixed[i] {
-			continue
-		}
-		if all || conf[i] >= threshold {
-			sure = append(sure, i)
-		} else if best < 0 || conf[i] > conf[best] {
-			best = i
+		if !c.fixed[i] {
+			open = append(open, i)
 		}
 	}
-	if !all && limit > 0 && len(sure) > limit {
-		// Stable, so equal confidences keep position order.
-		slices.SortStableFunc(sure, func(a, b int) int { return cmp.Compare(conf[b], conf[a]) })
-		sure = sure[:limit]
+	// Stable, so equal confidences keep position order.
+	slices.SortStableFunc(open, func(a, b int) int { return cmp.Compare(conf[b], conf[a]) })
+	n := len(open)
+	if !all {
+		n = 0
+		risk := 0.0
+		for _, i := range open {
+			if r.budget > 0 {
+				risk += 1 - conf[i]
+				if risk > r.budget {
+					break
+				}
+			} else if conf[i] < r.threshold {
+				break
+			}
+			n++
+		}
+		n = max(n, r.min, 1)
+		if r.max > 0 {
+			n = min(n, r.max)
+		}
+		n = min(n, len(open))
 	}
-	if len(sure) == 0 && best >= 0 {
-		sure = []int{best}
-	}
-	for _, i := range sure {
+	for _, i := range open[:n] {
 		c.ids[i], c.fixed[i] = tok[i], true
 	}
 }

@@ -12,24 +12,30 @@ import (
 func TestCanvasCommit(t *testing.T) {
 	const M = 99 // mask
 	tok := []int64{10, 11, 12, 13}
+	th := func(x float64) commitRule { return commitRule{threshold: x} }
 	cases := []struct {
-		name      string
-		fixed     []bool
-		conf      []float64
-		threshold float64
-		limit     int
-		all       bool
-		want      []int64
+		name  string
+		fixed []bool
+		conf  []float64
+		rule  commitRule
+		all   bool
+		want  []int64
 	}{
-		{"above threshold", []bool{false, false, false, false}, []float64{0.95, 0.5, 0.9, 0.2}, 0.9, 0, false, []int64{10, M, 12, M}},
-		{"none above: most confident", []bool{false, false, false, false}, []float64{0.3, 0.5, 0.1, 0.5}, 0.9, 0, false, []int64{M, 11, M, M}},
-		{"fixed positions ignored", []bool{false, true, false, false}, []float64{0.3, 0.99, 0.1, 0.2}, 0.9, 0, false, []int64{10, 1, M, M}},
-		{"last step commits all", []bool{false, true, false, false}, []float64{0.3, 0.99, 0.1, 0.2}, 0.9, 0, true, []int64{10, 1, 12, 13}},
-		{"threshold 1: one per step", []bool{false, false, false, false}, []float64{0.3, 0.4, 0.8, 0.7}, 1, 0, false, []int64{M, M, 12, M}},
-		{"limit: the most confident", []bool{false, false, false, false}, []float64{0.95, 0.99, 0.9, 0.97}, 0.9, 2, false, []int64{M, 11, M, 13}},
-		{"limit: ties in position order", []bool{false, false, false, false}, []float64{0.95, 0.95, 0.95, 0.2}, 0.9, 2, false, []int64{10, 11, M, M}},
-		{"limit above the count", []bool{false, false, false, false}, []float64{0.95, 0.5, 0.9, 0.2}, 0.9, 3, false, []int64{10, M, 12, M}},
-		{"limit: the last step still commits all", []bool{false, false, false, false}, []float64{0.3, 0.99, 0.1, 0.2}, 0.9, 1, true, []int64{10, 11, 12, 13}},
+		{"above threshold", []bool{false, false, false, false}, []float64{0.95, 0.5, 0.9, 0.2}, th(0.9), false, []int64{10, M, 12, M}},
+		{"none above: most confident", []bool{false, false, false, false}, []float64{0.3, 0.5, 0.1, 0.5}, th(0.9), false, []int64{M, 11, M, M}},
+		{"fixed positions ignored", []bool{false, true, false, false}, []float64{0.3, 0.99, 0.1, 0.2}, th(0.9), false, []int64{10, 1, M, M}},
+		{"last step commits all", []bool{false, true, false, false}, []float64{0.3, 0.99, 0.1, 0.2}, th(0.9), true, []int64{10, 1, 12, 13}},
+		{"threshold 1: one per step", []bool{false, false, false, false}, []float64{0.3, 0.4, 0.8, 0.7}, th(1), false, []int64{M, M, 12, M}},
+		{"max: the most confident", []bool{false, false, false, false}, []float64{0.95, 0.99, 0.9, 0.97}, commitRule{threshold: 0.9, max: 2}, false, []int64{M, 11, M, 13}},
+		{"max: ties in position order", []bool{false, false, false, false}, []float64{0.95, 0.95, 0.95, 0.2}, commitRule{threshold: 0.9, max: 2}, false, []int64{10, 11, M, M}},
+		{"max above the count", []bool{false, false, false, false}, []float64{0.95, 0.5, 0.9, 0.2}, commitRule{threshold: 0.9, max: 3}, false, []int64{10, M, 12, M}},
+		{"max: the last step still commits all", []bool{false, false, false, false}, []float64{0.3, 0.99, 0.1, 0.2}, commitRule{threshold: 0.9, max: 1}, true, []int64{10, 11, 12, 13}},
+		{"min: the most confident below the threshold too", []bool{false, false, false, false}, []float64{0.95, 0.5, 0.6, 0.2}, commitRule{threshold: 0.9, min: 3}, false, []int64{10, 11, 12, M}},
+		{"min above what is left", []bool{false, true, true, false}, []float64{0.1, 0.9, 0.9, 0.2}, commitRule{threshold: 0.9, min: 3}, false, []int64{10, 1, 1, 13}},
+		// 1-p: 0.01, 0.05, 0.1, 0.4: 0.01+0.05 <= 0.1 < 0.16.
+		{"error budget", []bool{false, false, false, false}, []float64{0.9, 0.99, 0.6, 0.95}, commitRule{budget: 0.1}, false, []int64{M, 11, M, 13}},
+		{"error budget: all sure", []bool{false, false, false, false}, []float64{0.99, 0.99, 0.99, 0.99}, commitRule{budget: 0.1}, false, []int64{10, 11, 12, 13}},
+		{"error budget: one at least", []bool{false, false, false, false}, []float64{0.3, 0.5, 0.1, 0.5}, commitRule{budget: 0.1}, false, []int64{M, 11, M, M}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -39,7 +45,7 @@ func TestCanvasCommit(t *testing.T) {
 					cv.ids[i], cv.fixed[i] = 1, true
 				}
 			}
-			cv.commit(tok, c.conf, c.threshold, c.limit, c.all)
+			cv.commit(tok, c.conf, c.rule, c.all)
 			if !slices.Equal(cv.ids, c.want) {
 				t.Fatalf("ids %v, want %v", cv.ids, c.want)
 			}

@@ -29,8 +29,8 @@ type plan struct {
 	block       int
 	chunk       int // prefill tokens per forward
 	threshold   float64
-	fixed       int // > 0: commit exactly this many positions per step
-	maxCommit   int // > 0: commit at most this many positions per threshold step
+	rule        commitRule // a threshold step's
+	fixed       int        // > 0: commit exactly this many positions per step
 	verify      bool
 	maxSteps    int
 	temperature float64
@@ -77,8 +77,12 @@ func (s *Sampler) resolve(prompt []int64, o Options) (plan, error) {
 		return bad("context limit %d is negative", o.ContextLimit)
 	case o.FixedCommit < 0:
 		return bad("fixed commit count %d is negative", o.FixedCommit)
-	case o.MaxCommit < 0:
-		return bad("max commit count %d is negative", o.MaxCommit)
+	case o.MaxCommit < 0 || o.MinCommit < 0:
+		return bad("commit bounds %d..%d: negative", o.MinCommit, o.MaxCommit)
+	case o.MaxCommit > 0 && o.MinCommit > o.MaxCommit:
+		return bad("min commit %d is above max commit %d", o.MinCommit, o.MaxCommit)
+	case !(o.ErrorBudget >= 0) || math.IsInf(o.ErrorBudget, 1):
+		return bad("error budget %v must be finite and >= 0", o.ErrorBudget)
 	case o.Verify && o.FixedCommit > 0:
 		return bad("verify decoding commits by threshold, not a fixed count")
 	case o.Verify && o.Temperature >= minTemperature:
@@ -88,7 +92,7 @@ func (s *Sampler) resolve(prompt []int64, o Options) (plan, error) {
 	}
 	// 3. Defaults.
 	p := plan{
-		block: o.BlockSize, chunk: prefillChunk, threshold: o.Threshold, fixed: o.FixedCommit, maxCommit: o.MaxCommit,
+		block: o.BlockSize, chunk: prefillChunk, threshold: o.Threshold, fixed: o.FixedCommit,
 		verify: o.Verify, maxSteps: o.MaxStepsPerBlock,
 		temperature: o.Temperature, topP: o.TopP, seed: o.Seed,
 		stop: map[int64]bool{}, mask: int64(st.MaskTokenID), shift: st.Shift,
@@ -99,6 +103,7 @@ func (s *Sampler) resolve(prompt []int64, o Options) (plan, error) {
 	if p.threshold == 0 {
 		p.threshold = st.Generation.Threshold
 	}
+	p.rule = commitRule{threshold: p.threshold, budget: o.ErrorBudget, min: o.MinCommit, max: o.MaxCommit}
 	if p.maxSteps == 0 {
 		p.maxSteps = p.block
 		// dllm.json's cap would cut a fixed-count block short.

@@ -226,7 +226,7 @@ func (g *generation) denoise(ctx context.Context, n, need int) (out []int64, sto
 		if g.p.fixed > 0 {
 			c.commitTop(tok, conf, g.p.fixed, g.p.shift, last)
 		} else {
-			c.commit(tok, conf, g.p.threshold, g.p.maxCommit, last)
+			c.commit(tok, conf, g.p.rule, last)
 		}
 	}
 }

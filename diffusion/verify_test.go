@@ -17,7 +17,7 @@ func TestVerifyIsGreedyDecoding(t *testing.T) {
 	checked, agreed := 0, 0
 	for _, block := range []int{2, 4, 8} {
 		s := NewSampler(m, tinySettings(block, true))
-		for _, o := range []Options{{Threshold: 0.05}, {Threshold: 0.9}, {Threshold: 1}, {Threshold: 0.05, MaxCommit: 2}} {
+		for _, o := range []Options{{Threshold: 0.05}, {Threshold: 0.9}, {Threshold: 1}, {Threshold: 0.05, MaxCommit: 2}, {ErrorBudget: 0.5, MinCommit: 2}} {
 			for i, chat := range chats {
 				o.Verify, o.MaxNewTokens = true, len(chat.Greedy16)
 				res, err := generate(t, context.Background(), s, chat.IDs, o, nil)
@@ -112,6 +112,8 @@ func TestVerifyRefused(t *testing.T) {
 		{"fixed commit", true, Options{Verify: true, FixedCommit: 2}},
 		{"no shift", false, Options{Verify: true}},
 		{"negative cap", true, Options{MaxCommit: -1}},
+		{"min above max", true, Options{MinCommit: 3, MaxCommit: 2}},
+		{"negative budget", true, Options{ErrorBudget: -0.1}},
 	} {
 		s := NewSampler(m, tinySettings(4, c.shift))
 		c.o.MaxNewTokens = 4

@@ -70,9 +70,9 @@ func TestChatDefaults(t *testing.T) {
 		t.Errorf("tokens_per_step 3: options = %+v", o)
 	}
 	// The sampler extensions: a commit cap and verify decoding.
-	resp, b = post(t, ts.URL+"/v1/chat/completions", `{"messages":[{"role":"user","content":"Hi"}],"temperature":0,"max_commit":2,"verify":true}`)
+	resp, b = post(t, ts.URL+"/v1/chat/completions", `{"messages":[{"role":"user","content":"Hi"}],"temperature":0,"max_commit":2,"min_commit":1,"error_budget":0.3,"verify":true}`)
 	decodeChat(t, resp, b)
-	if o := eng.lastOptions(); o.MaxCommit != 2 || !o.Verify {
+	if o := eng.lastOptions(); o.MaxCommit != 2 || o.MinCommit != 1 || o.ErrorBudget != 0.3 || !o.Verify {
 		t.Errorf("max_commit 2, verify: options = %+v", o)
 	}
 	resp, b = post(t, ts.URL+"/v1/chat/completions", `{"messages":[{"role":"user","content":"Hi"}],"ignore_eos":true}`)

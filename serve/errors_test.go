@@ -53,6 +53,8 @@ func TestBadRequests(t *testing.T) {
 		{"threshold", "POST", "/v1/chat/completions", `{` + msgs + `,"threshold":0}`, 400, "threshold", ""},
 		{"tokens_per_step", "POST", "/v1/chat/completions", `{` + msgs + `,"tokens_per_step":0}`, 400, "tokens_per_step", ""},
 		{"max_commit", "POST", "/v1/chat/completions", `{` + msgs + `,"max_commit":-1}`, 400, "max_commit", ""},
+		{"min_commit above max", "POST", "/v1/chat/completions", `{` + msgs + `,"max_commit":2,"min_commit":3}`, 400, "min_commit", ""},
+		{"error_budget", "POST", "/v1/chat/completions", `{` + msgs + `,"error_budget":-1}`, 400, "error_budget", ""},
 		{"verify sampling", "POST", "/v1/chat/completions", `{` + msgs + `,"verify":true,"temperature":0.7}`, 400, "verify", "greedy"},
 		{"verify fixed commit", "POST", "/v1/chat/completions", `{` + msgs + `,"verify":true,"temperature":0,"tokens_per_step":2}`, 400, "verify", ""},
 		{"verify string", "POST", "/v1/chat/completions", `{` + msgs + `,"verify":"yes"}`, 400, "verify", "boolean"},

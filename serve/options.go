@@ -57,6 +57,21 @@ func (f *samplingFields) options(m *Model, promptLen, defaultMax int) (diffusion
 		}
 		o.MaxCommit = int(*k)
 	}
+	if k := f.MinCommit; k != nil {
+		if *k < 0 || *k > maxTokensPerStep {
+			return o, nil, badRequest("min_commit", fmt.Sprintf("min_commit must be between 0 and %d, got %d", maxTokensPerStep, *k))
+		}
+		o.MinCommit = int(*k)
+	}
+	if o.MaxCommit > 0 && o.MinCommit > o.MaxCommit {
+		return o, nil, badRequest("min_commit", fmt.Sprintf("min_commit %d is above max_commit %d", o.MinCommit, o.MaxCommit))
+	}
+	if b := f.ErrorBudget; b != nil {
+		if !(*b >= 0 && *b <= maxErrorBudget) {
+			return o, nil, badRequest("error_budget", fmt.Sprintf("error_budget must be between 0 and %d, got %v", maxErrorBudget, *b))
+		}
+		o.ErrorBudget = *b
+	}
 	if v := f.Verify; v != nil {
 		o.Verify = *v
 	} else if o.Temperature > 0 || o.FixedCommit > 0 {

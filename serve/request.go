@@ -47,6 +47,13 @@ type samplingFields struct {
 	// committed in one denoising step (the most confident above the
 	// threshold); 0 = no cap.
 	MaxCommit *int64 `json:"max_commit"`
+	// MinCommit is a dllm extension: at least this many positions are
+	// committed in one denoising step (the most confident).
+	MinCommit *int64 `json:"min_commit"`
+	// ErrorBudget is a dllm extension replacing the threshold: a step
+	// commits the most confident positions while their summed
+	// probabilities of being wrong stay within it.
+	ErrorBudget *float64 `json:"error_budget"`
 	// Verify is a dllm extension: every drafted block is checked against
 	// the model's own greedy left-to-right prediction, and only what it
 	// agrees with is output (greedy only).
@@ -59,6 +66,10 @@ type samplingFields struct {
 // maxTokensPerStep bounds tokens_per_step; any value from the block size
 // up commits a whole block per step.
 const maxTokensPerStep = 4096
+
+// maxErrorBudget bounds error_budget: a budget of a whole block's worth of
+// certain errors already commits everything.
+const maxErrorBudget = 4096
 
 // stopList is "stop": null, a string or a list of strings.
 type stopList []string
