@@ -60,8 +60,10 @@ type commitRule struct {
 // probabilities conf (for positions 0..len(tok)-1) by rule r: those it
 // accepts, never fewer than r.min nor more than r.max (the most
 // confident; 0 = no bound) and always at least the single most confident
-// one (the first on a tie); all of them when all is set.
-func (c *canvas) commit(tok []int64, conf []float64, r commitRule, all bool) {
+// one (the first on a tie); all of them when all is set. It returns how
+// many the rule accepted on its own: 0 when the step stalled and only the
+// bounds committed anything.
+func (c *canvas) commit(tok []int64, conf []float64, r commitRule, all bool) (accepted int) {
 	var open []int // masked positions, most confident first
 	for i := range tok {
 		if !c.fixed[i] {
@@ -85,6 +87,7 @@ func (c *canvas) commit(tok []int64, conf []float64, r commitRule, all bool) {
 			}
 			n++
 		}
+		accepted = n
 		n = max(n, r.min, 1)
 		if r.max > 0 {
 			n = min(n, r.max)
@@ -94,6 +97,16 @@ func (c *canvas) commit(tok []int64, conf []float64, r commitRule, all bool) {
 	for _, i := range open[:n] {
 		c.ids[i], c.fixed[i] = tok[i], true
 	}
+	return accepted
+}
+
+// prefix is how many leading positions are fixed.
+func (c *canvas) prefix() int {
+	n := 0
+	for n < len(c.fixed) && c.fixed[n] {
+		n++
+	}
+	return n
 }
 
 // commitTop fixes the k most confident masked positions (fewer when fewer

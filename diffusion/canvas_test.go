@@ -226,3 +226,33 @@ func TestResolve(t *testing.T) {
 		})
 	}
 }
+
+// commit reports how many positions its rule accepted on its own (0 when
+// only the bounds committed anything: a stalled step), and prefix how many
+// leading positions are fixed.
+func TestCanvasCommitAcceptedAndPrefix(t *testing.T) {
+	const M = 99
+	tok := []int64{10, 11, 12, 13}
+	cases := []struct {
+		conf     []float64
+		rule     commitRule
+		accepted int
+		prefix   int
+	}{
+		{[]float64{0.95, 0.99, 0.5, 0.2}, commitRule{threshold: 0.9}, 2, 2},
+		{[]float64{0.5, 0.6, 0.95, 0.2}, commitRule{threshold: 0.9}, 1, 0},
+		{[]float64{0.5, 0.6, 0.7, 0.2}, commitRule{threshold: 0.9}, 0, 0},             // stalled: the most confident (2) alone
+		{[]float64{0.8, 0.6, 0.7, 0.2}, commitRule{threshold: 0.9, min: 2}, 0, 1},     // stalled: the floor's two (0 and 2)
+		{[]float64{0.99, 0.99, 0.99, 0.99}, commitRule{threshold: 0.9, max: 1}, 4, 1}, // accepted beyond the cap
+		{[]float64{0.99, 0.8, 0.99, 0.99}, commitRule{budget: 0.05}, 3, 1},            // 0.01 x 3 within 0.05
+	}
+	for i, c := range cases {
+		cv := newCanvas(4, M)
+		if got := cv.commit(tok, c.conf, c.rule, false); got != c.accepted {
+			t.Errorf("case %d: accepted %d, want %d", i, got, c.accepted)
+		}
+		if got := cv.prefix(); got != c.prefix {
+			t.Errorf("case %d: prefix %d, want %d (ids %v)", i, got, c.prefix, cv.ids)
+		}
+	}
+}

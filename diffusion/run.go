@@ -225,8 +225,29 @@ func (g *generation) denoise(ctx context.Context, n, need int) (out []int64, sto
 		tok, conf := pk.wait()
 		if g.p.fixed > 0 {
 			c.commitTop(tok, conf, g.p.fixed, g.p.shift, last)
-		} else {
-			c.commit(tok, conf, g.p.rule, last)
+			continue
+		}
+		accepted := c.commit(tok, conf, g.p.rule, last)
+		if g.p.verify {
+			// A draft is checked left to right and kept up to its first
+			// wrong token, so denoising past a stall is mostly waste: the
+			// draft is the fixed prefix as soon as a step stalls. Position 0
+			// is the carry's prediction, final (and what the check keeps):
+			// it is fixed at once, so a draft is never empty.
+			c.ids[0], c.fixed[0] = tok[0], true
+			if accepted == 0 && !last {
+				return stopCut(c.ids[:min(c.prefix(), need)], g.p.stop)
+			}
 		}
 	}
+}
+
+// stopCut cuts ids after their first stop token, if any.
+func stopCut(ids []int64, stop map[int64]bool) (out []int64, stopped bool, err error) {
+	for i, id := range ids {
+		if stop[id] {
+			return ids[:i+1], true, nil
+		}
+	}
+	return ids, false, nil
 }

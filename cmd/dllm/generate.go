@@ -39,11 +39,12 @@ See docs/sampler.md.`,
 			&cli.FloatFlag{Name: "temperature", Usage: "0 is greedy (default: dllm.json's)"},
 			&cli.FloatFlag{Name: "top-p", Usage: "nucleus mass, in (0, 1] (default: dllm.json's)"},
 			&cli.Uint64Flag{Name: "seed", Usage: "sampling seed"},
+			&cli.BoolFlag{Name: "verify", Usage: "check every drafted block against the model's own greedy AR prediction (docs/sampler.md; default: dllm.json's for greedy decoding, off when sampling)"},
 			&cli.BoolFlag{Name: "ignore-eos", Usage: "do not stop at the model's eos tokens"},
 			&cli.BoolFlag{Name: "enable-thinking", Value: true, Usage: "with --chat, set enable_thinking (left to the template's default unless given)"},
 			&cli.StringFlag{Name: "device", Value: "auto", Usage: "auto, cpu, cuda or cuda:N"},
 			&cli.StringFlag{Name: "dtype", Value: "auto", Usage: "bf16 or f32; auto is bf16 on a GPU, f32 on the CPU"},
-			&cli.BoolFlag{Name: "json", Usage: "print {ids, text, steps, tpf, finish_reason, prompt_tokens, seconds}"},
+			&cli.BoolFlag{Name: "json", Usage: "print {ids, text, steps, tpf, finish_reason, prompt_tokens, seconds, checked, accepted}"},
 			&cli.BoolFlag{Name: "ar", Usage: "decode the checkpoint as the AR model it was (block size 1 with the shift, no dllm.json needed): the baseline"},
 		},
 		Action: runGenerate,
@@ -207,6 +208,11 @@ func generateOptions(c *cli.Command, o diffusion.Options) diffusion.Options {
 	if c.IsSet("top-p") {
 		o.TopP = c.Float("top-p")
 	}
+	if c.IsSet("verify") {
+		o.Verify = c.Bool("verify")
+	} else if o.Temperature > 0 {
+		o.Verify = false // dllm.json's verify is for greedy decoding
+	}
 	o.Seed = c.Uint64("seed")
 	return o
 }
@@ -226,7 +232,9 @@ func printGenerateJSON(w io.Writer, tok *tokenizer.Tokenizer, prompt []int64, re
 		FinishReason string  `json:"finish_reason"`
 		PromptTokens int     `json:"prompt_tokens"`
 		Seconds      float64 `json:"seconds"`
-	}{res.IDs, tok.Decode(ids, false), res.Steps, res.TPF, res.FinishReason, len(prompt), res.Duration.Seconds()})
+		Checked      int     `json:"checked,omitempty"`
+		Accepted     int     `json:"accepted,omitempty"`
+	}{res.IDs, tok.Decode(ids, false), res.Steps, res.TPF, res.FinishReason, len(prompt), res.Duration.Seconds(), res.Checked, res.Accepted})
 }
 
 // printGenerateStats reports speed after the prefill, the part the sampler
@@ -237,6 +245,10 @@ func printGenerateStats(w io.Writer, promptTokens int, res *diffusion.Result) {
 	if decode > 0 {
 		rate = float64(len(res.IDs)) / decode.Seconds()
 	}
-	fmt.Fprintf(w, "%d tokens, %d steps, TPF %.2f, %.1f tok/s; prompt %d tokens, prefill %.1f ms; finish %s\n",
-		len(res.IDs), res.Steps, res.TPF, rate, promptTokens, float64(res.Prefill.Microseconds())/1000, res.FinishReason)
+	verified := ""
+	if res.Checked > 0 {
+		verified = fmt.Sprintf(" (verify: %d of %d drafted tokens stood)", res.Accepted, res.Checked)
+	}
+	fmt.Fprintf(w, "%d tokens, %d steps, TPF %.2f%s, %.1f tok/s; prompt %d tokens, prefill %.1f ms; finish %s\n",
+		len(res.IDs), res.Steps, res.TPF, verified, rate, promptTokens, float64(res.Prefill.Microseconds())/1000, res.FinishReason)
 }

@@ -118,9 +118,29 @@ func TestGenerateCommand(t *testing.T) {
 			}
 		})
 	}
+	// Blocks of 4 with dllm.json's verify: still greedy decoding, in fewer
+	// steps where drafts stand; sampling turns the default off, and asking
+	// for verify with it is refused.
+	out, _, err := runGenerateCmd(t, "--model", dir, "--chat", chatFile, "--enable-thinking=true", "--ignore-eos", "--max-tokens", "16", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var verified generateOutput
+	if err := json.Unmarshal([]byte(out), &verified); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if !slices.Equal(verified.IDs, chat0.Greedy16) {
+		t.Errorf("verify: ids %v, want %v", verified.IDs, chat0.Greedy16)
+	}
+	if _, _, err := runGenerateCmd(t, "--model", dir, "--prompt", "Hi", "--max-tokens", "4", "--temperature", "0.7"); err != nil {
+		t.Errorf("sampling with dllm.json's verify: %v", err)
+	}
+	if _, _, err := runGenerateCmd(t, "--model", dir, "--prompt", "Hi", "--max-tokens", "4", "--temperature", "0.7", "--verify"); err == nil || !strings.Contains(err.Error(), "greedy") {
+		t.Errorf("--verify with sampling: %v, want a greedy-only error", err)
+	}
 	// Streamed text is the decoded ids; the stats go to stderr.
 	args := []string{"--model", dir, "--prompt", "Hello, world", "--max-tokens", "12"}
-	out, _, err := runGenerateCmd(t, append(args, "--json")...)
+	out, _, err = runGenerateCmd(t, append(args, "--json")...)
 	if err != nil {
 		t.Fatal(err)
 	}
