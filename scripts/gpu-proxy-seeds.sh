@@ -7,6 +7,9 @@
 #   scripts/gpu-proxy-seeds.sh a   # the shim, 3 teachers (at once), scored
 #   scripts/gpu-proxy-seeds.sh b   # 6 diffusion models at 20%, dev scores
 #   scripts/gpu-proxy-seeds.sh c   # their held-out scores; 6 at 5%, dev scores
+#   RECIPE=cap DIFF_SET=confidence_loss_weight=1 scripts/gpu-proxy-seeds.sh l
+#                                  # after a: a training lever's 6 models at
+#                                  # 20%, dev and (time left) held-out scores
 #
 # Each diffusion model is scored in the sampler modes plain (threshold
 # alone) and verify, at THRESHOLDS (0.9). bin/dllm is built on the dev box
@@ -47,8 +50,14 @@ c)
 		done
 	done
 	;;
+l)
+	[ -n "${RECIPE:-}" ] && [ -n "${DIFF_SET:-}" ] || { echo "l needs RECIPE and DIFF_SET" >&2; exit 2; }
+	BUDGETS=20 STAGES=diffusion JOBS=6 scripts/proxy-seeds.sh >"$SEEDS_OUT/l1-$RECIPE.out" 2>&1
+	BUDGETS=20 STAGES=dev JOBS=12 timeout "$(left)" scripts/proxy-seeds.sh >"$SEEDS_OUT/l2-$RECIPE.out" 2>&1
+	BUDGETS=20 STAGES=heldout JOBS=12 timeout "$(left)" scripts/proxy-seeds.sh 2>&1 | tee "$SEEDS_OUT/l3-$RECIPE.out" | tail -n 40
+	;;
 *)
-	echo "usage: $0 a|b|c" >&2
+	echo "usage: $0 a|b|c|l" >&2
 	exit 2
 	;;
 esac

@@ -31,6 +31,9 @@
 #                    "base verify={\"verify\":true} cap2={\"max_commit\":2}" (base)
 #   MIN_TPF          the TPF the chosen threshold must reach on dev
 #                    (2.5 with SIZE=gpu, else 2)
+#   RECIPE           a name for the diffusion recipe that DIFF_SET makes (e.g.
+#                    cap with DIFF_SET=confidence_loss_weight=1): its runs and
+#                    results are named with it, beside the presets' (unnamed)
 #   JOBS             runs at once (1)
 #   STAGES           the stages to run, of "teachers diffusion dev heldout"
 #                    (all); a later stage reuses an earlier call's output
@@ -50,6 +53,7 @@ MIN_TPF=${MIN_TPF:-$([ "$SIZE" = gpu ] && echo 2.5 || echo 2)}
 JOBS=${JOBS:-1}
 STAGES=${STAGES:-teachers diffusion dev heldout}
 MODES=${MODES:-base}
+RK=${RECIPE:+-$RECIPE}
 mode_name() { echo "${1%%=*}"; }
 mode_json() { [[ "$1" == *=* ]] && echo "${1#*=}" || true; }
 BASE=${SEEDS_OUT:-out/proxy-seeds$([ "$SIZE" = gpu ] && echo -gpu)}
@@ -107,7 +111,7 @@ jobs_wait() {
 		reap
 	done
 }
-run_name() { echo "diffusion-b$1-d$2"; } # budget, diffusion seed
+run_name() { echo "diffusion$RK-b$1-d$2"; } # budget, diffusion seed
 stage_time() { say "$1: $(($(date +%s) - $2)) s"; }
 
 # 1. Teachers, scored on both splits (they are not tuned on either).
@@ -169,7 +173,7 @@ if has dev; then
 					for th in $THRESHOLDS; do
 						src=$BASE/t$s/$r-dev-$th-$m.json
 						[ "$(wc -w <<<"$THRESHOLDS")" = 1 ] && src=$BASE/t$s/$r-dev-$m.json
-						cp "$src" "$RES/dev-b$b-$m-$th-t$s-d$d.json"
+						cp "$src" "$RES/dev-b$b$RK-$m-$th-t$s-d$d.json"
 					done
 				done
 			done
@@ -188,16 +192,16 @@ if has heldout; then
 		for m in $MODES; do
 			m=$(mode_name "$m")
 			# Every threshold scored on dev in this or an earlier call.
-			ths=$(ls "$RES" | sed -n "s/^dev-b$b-$m-\(.*\)-t[0-9]*-d[0-9]*\.json\$/\1/p" | sort -gu)
+			ths=$(ls "$RES" | sed -n "s/^dev-b$b$RK-$m-\(.*\)-t[0-9]*-d[0-9]*\.json\$/\1/p" | sort -gu)
 			[ -n "$ths" ] || { say "budget $b%, mode $m: no dev results, not scored"; continue; }
 			best= bestscore= fastest= fastest_tpf=
 			{
 				echo
-				echo "budget $b%, mode $m, dev split:"
+				echo "budget $b%${RECIPE:+, recipe $RECIPE}, mode $m, dev split:"
 				echo "threshold  mean-normalised  sd  TPF  worst-task"
 			} | tee -a "$BASE/summary.txt"
 			for th in $ths; do
-				read -r mean sd tpf worst _ < <("$BIN" eval summary --brief "$RES"/dev-b"$b"-"$m"-"$th"-*.json)
+				read -r mean sd tpf worst _ < <("$BIN" eval summary --brief "$RES"/dev-b"$b$RK"-"$m"-"$th"-*.json)
 				echo "$th  $mean  $sd  $tpf  $worst" | tee -a "$BASE/summary.txt"
 				if awk -v t="$tpf" -v m="$MIN_TPF" 'BEGIN { exit !(t >= m) }' &&
 					{ [ -z "$best" ] || awk -v a="$mean" -v b="$bestscore" 'BEGIN { exit !(a > b) }'; }; then
@@ -234,7 +238,7 @@ if has heldout; then
 				for m in $MODES; do
 					m=$(mode_name "$m")
 					[ -n "${CHOSEN[$b-$m]:-}" ] || continue
-					cp "$BASE/t$s/$(run_name "$b" "$d")-heldout-$m.json" "$RES/heldout-b$b-$m-t$s-d$d.json"
+					cp "$BASE/t$s/$(run_name "$b" "$d")-heldout-$m.json" "$RES/heldout-b$b$RK-$m-t$s-d$d.json"
 				done
 			done
 		done
@@ -248,8 +252,8 @@ if has heldout; then
 				m=$(mode_name "$m")
 				[ -n "${CHOSEN[$b-$m]:-}" ] || continue
 				echo
-				echo "diffusion models, budget $b%, mode $m, on the held-out split at threshold ${CHOSEN[$b-$m]}:"
-				"$BIN" eval summary "$RES"/heldout-b"$b"-"$m"-t*-d*.json
+				echo "diffusion models, budget $b%${RECIPE:+, recipe $RECIPE}, mode $m, on the held-out split at threshold ${CHOSEN[$b-$m]}:"
+				"$BIN" eval summary "$RES"/heldout-b"$b$RK"-"$m"-t*-d*.json
 			done
 		done
 	} | tee -a "$BASE/summary.txt"
