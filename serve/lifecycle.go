@@ -62,7 +62,9 @@ func Run(ctx context.Context, ln net.Listener, cfg Config, load Loader) error {
 			return
 		}
 		s.SetModel(m)
-		s.log.Info("ready", "model", cfg.ModelName, "url", URL(ln.Addr()), "load_time", time.Since(start).Round(time.Millisecond), "context", m.ContextLength)
+		d := m.Defaults
+		s.log.Info("ready", "model", cfg.ModelName, "url", URL(ln.Addr()), "load_time", time.Since(start).Round(time.Millisecond), "context", m.ContextLength,
+			"block", d.BlockSize, "threshold", d.Threshold, "verify", d.Verify)
 		loaded <- nil
 	}()
 
