@@ -31,9 +31,10 @@ type Item struct {
 	// says otherwise.
 	Choices []string `json:"choices,omitempty"`
 	// Format, when set, says how the answer is read and scored: "list"
-	// (integers separated by commas, compared in order) or "program" (a
+	// (integers separated by commas, compared in order), "program" (a
 	// Python function in a fenced code block, run against the one in
-	// Answer with RunFunction). Empty: a letter with Choices, else a
+	// Answer with RunFunction) or "math" (the last \boxed{} of the reply,
+	// compared with MathEqual). Empty: a letter with Choices, else a
 	// number or text.
 	Format string `json:"format,omitempty"`
 }
@@ -42,6 +43,7 @@ type Item struct {
 const (
 	FormatList    = "list"
 	FormatProgram = "program"
+	FormatMath    = "math"
 )
 
 // TaskInfo is what a tasks.json beside the eval file says about a task
@@ -112,13 +114,13 @@ func (it *Item) check() error {
 		}
 	}
 	switch it.Format {
-	case "", FormatList:
+	case "", FormatList, FormatMath:
 	case FormatProgram:
 		if _, err := RunFunction(it.Answer, 1); err != nil {
 			return fmt.Errorf("item %s: the reference program does not run: %w", it.ID, err)
 		}
 	default:
-		return fmt.Errorf("item %s: format %q: want %s, %s or none", it.ID, it.Format, FormatList, FormatProgram)
+		return fmt.Errorf("item %s: format %q: want %s, %s, %s or none", it.ID, it.Format, FormatList, FormatProgram, FormatMath)
 	}
 	if len(it.Choices) > 0 {
 		if l, ok := letterOf(it.Answer); !ok || int(l-'A') >= len(it.Choices) {

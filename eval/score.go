@@ -40,10 +40,20 @@ func lastAnswer(s string) (string, bool) {
 }
 
 // ExtractFor is Extract for the item's format: a program answer is the
-// reply's last fenced code block.
+// reply's last fenced code block; a math answer the last \boxed{} of the
+// content, else of the reasoning (as Qwen2.5-Math's evaluation reads
+// them), else an "Answer: X".
 func ExtractFor(it *Item, content, reasoning string) (string, bool) {
-	if it.Format == FormatProgram {
+	switch it.Format {
+	case FormatProgram:
 		return extractProgram(content)
+	case FormatMath:
+		if a, ok := ExtractBoxed(content); ok {
+			return a, true
+		}
+		if a, ok := ExtractBoxed(reasoning); ok {
+			return a, true
+		}
 	}
 	return Extract(content, reasoning)
 }
@@ -58,6 +68,8 @@ func Correct(it *Item, got string) bool {
 		return sameList(got, it.Answer)
 	case FormatProgram:
 		return sameFunction(got, it.Answer)
+	case FormatMath:
+		return MathEqual(got, it.Answer)
 	}
 	if len(it.Choices) > 0 {
 		g, ok1 := letterOf(got)

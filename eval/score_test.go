@@ -87,3 +87,33 @@ func TestCorrect(t *testing.T) {
 		}
 	}
 }
+
+// A "math" item reads the last \boxed{} (content first, then reasoning,
+// then an "Answer:" line) and scores it with MathEqual.
+func TestMathFormat(t *testing.T) {
+	it := &Item{ID: "m", Task: "math", Messages: []Message{{Role: "user", Content: "x"}}, Answer: `\frac{1}{2}`, Format: FormatMath}
+	if err := it.check(); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		content, reasoning string
+		got                string
+		correct            bool
+	}{
+		{`So it is \boxed{0.5}.`, "", "0.5", true},
+		{`First \boxed{3}, then \boxed{\dfrac12}`, "", `\dfrac12`, true},
+		{"The answer is below.", `\boxed{\frac{2}{4}}`, `\frac{2}{4}`, true},
+		{"Answer: 1/2", "", "1/2", true},
+		{`\boxed{\frac{1}{3}}`, "", `\frac{1}{3}`, false},
+		{"no answer here", "", "", false},
+	}
+	for _, c := range cases {
+		got, ok := ExtractFor(it, c.content, c.reasoning)
+		if got != c.got || ok != (c.got != "") {
+			t.Errorf("ExtractFor(%q, %q) = %q, %v; want %q", c.content, c.reasoning, got, ok, c.got)
+		}
+		if ok && Correct(it, got) != c.correct {
+			t.Errorf("Correct(%q) = %v, want %v", got, !c.correct, c.correct)
+		}
+	}
+}

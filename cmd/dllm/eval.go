@@ -20,11 +20,13 @@ func evalCommand() *cli.Command {
 		Name:      "eval",
 		Usage:     "score an OpenAI-compatible server on questions with exact answers (e.g. dllm data synth's held-out split)",
 		UsageText: "dllm eval --server URL --tasks FILE.jsonl [--concurrency 4] [--max-tokens N] [--out results.json] [options]",
-		Description: `Sends every item of FILE.jsonl ({"id","task","messages","answer","choices"?}
-per line, as 'dllm data synth' writes heldout.jsonl) to POST
+		Description: `Sends every item of FILE.jsonl ({"id","task","messages","answer","choices"?,
+"format"?} per line, as 'dllm data synth' writes heldout.jsonl) to POST
 /v1/chat/completions, reads the final answer from the reply ("Answer: X"
-in content, else the last one in content or reasoning), scores it exactly
-(numbers normalised, choice letters by letter) and prints per task:
+in content, else the last one in content or reasoning; format "math": the
+last \boxed{}; "program": the last code block), scores it (numbers
+normalised, choice letters by letter, lists in order, programs run, math
+answers by equivalence; docs/eval.md) and prints per task:
 accuracy, chance (from tasks.json beside the file, else 1/len(choices) or
 0), completion tokens, tokens/s per request, and TPF when the server
 reports usage.dllm (dllm serve does). --out writes everything, per item
