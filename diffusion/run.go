@@ -24,10 +24,13 @@ type generation struct {
 	// not yet output; checked and agreed count the checked tokens.
 	accepted        []int64
 	checked, agreed int
+	// reach is, with verify, how long a fixed prefix a draft needs before
+	// its block stops denoising (see check): the block size at first.
+	reach int
 }
 
 func newGeneration(m *model.Model, eng engine, p plan) (*generation, error) {
-	g := &generation{p: p, eng: eng}
+	g := &generation{p: p, eng: eng, reach: p.block}
 	if err := torch.Try(func() { g.pick = newPicker(p, m.Device, m.Config.VocabSize) }); err != nil {
 		eng.free()
 		return nil, err
@@ -231,12 +234,13 @@ func (g *generation) denoise(ctx context.Context, n, need int) (out []int64, sto
 		if g.p.verify {
 			// A draft is checked left to right and kept up to its first
 			// wrong token, so denoising past a stall is mostly waste: the
-			// draft is the fixed prefix as soon as a step stalls. Position 0
+			// draft is the fixed prefix as soon as a step stalls, or as soon
+			// as it is as long as recent drafts stood (g.reach). Position 0
 			// is the carry's prediction, final (and what the check keeps):
 			// it is fixed at once, so a draft is never empty.
 			c.ids[0], c.fixed[0] = tok[0], true
-			if accepted == 0 && !last {
-				return stopCut(c.ids[:min(c.prefix(), need)], g.p.stop)
+			if k := c.prefix(); (accepted == 0 || k >= g.reach) && !last {
+				return stopCut(c.ids[:min(k, need)], g.p.stop)
 			}
 		}
 	}

@@ -157,6 +157,17 @@ func (g *generation) check(d, tok []int64, logits *torch.Tensor) (int, error) {
 	}
 	g.checked += len(d) - 1
 	g.agreed += keep - 1
+	// A draft that did not stand is as long as the next needs to be, and
+	// each one of two tokens or more that stood lets the next be one
+	// longer (a one-token draft, the carry's prediction, proves nothing):
+	// on text the model drafts badly, decoding falls back towards one
+	// token per forward instead of paying a forward for every rejection.
+	switch {
+	case keep < len(d):
+		g.reach = keep
+	case len(d) >= 2:
+		g.reach = min(g.reach+1, g.p.block)
+	}
 	if err := g.eng.commit(int64(keep)); err != nil {
 		return 0, err
 	}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"slices"
 	"testing"
+
+	"dllm/torch"
 )
 
 // Verify decoding writes what greedy AR decoding of the same weights
@@ -119,6 +121,43 @@ func TestVerifyRefused(t *testing.T) {
 		c.o.MaxNewTokens = 4
 		if _, err := s.Generate(context.Background(), prompt, c.o, nil); !errors.Is(err, ErrInvalidRequest) {
 			t.Errorf("%s: %v, want ErrInvalidRequest", c.name, err)
+		}
+	}
+}
+
+// countEngine is an engine that only counts commits: enough for check.
+type countEngine struct{ engine }
+
+func (countEngine) commit(int64) error { return nil }
+
+// A draft's check sets the reach of the next: the length that stood after
+// a rejection, one more after a draft of two or more that stood whole,
+// unchanged after a one-token draft; never past the block.
+func TestVerifyReach(t *testing.T) {
+	if err := torch.Load(); err != nil {
+		t.Fatal(err)
+	}
+	logits := torch.FromSlice(make([]float32, 8*3), 8, 3) // rows for up to 8 drafted tokens
+	defer logits.Free()
+	g := &generation{p: plan{block: 4}, eng: countEngine{}, reach: 4}
+	defer g.carry.Free()
+	steps := []struct {
+		draft, picks []int64 // picks[i] is the AR prediction of draft[i+1]
+		keep, reach  int
+	}{
+		{[]int64{5, 6, 7, 8}, []int64{6, 7, 8}, 4, 4}, // whole, at the block already
+		{[]int64{5, 6, 7, 8}, []int64{6, 9, 8}, 2, 2}, // 7 is wrong: 2 stood
+		{[]int64{5}, nil, 1, 2},                       // one token proves nothing
+		{[]int64{5, 6}, []int64{6}, 2, 3},             // whole: one longer
+		{[]int64{5, 6, 7}, []int64{1, 7}, 1, 1},       // wrong at once
+	}
+	for i, s := range steps {
+		keep, err := g.check(s.draft, s.picks, logits)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if keep != s.keep || g.reach != s.reach {
+			t.Errorf("step %d: kept %d, reach %d; want %d, %d", i, keep, g.reach, s.keep, s.reach)
 		}
 	}
 }

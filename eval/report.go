@@ -156,6 +156,25 @@ func (r *Report) CompareTo(base *Report) {
 	}
 }
 
+// ClampNormalized limits every task's normalised score to 0..100 and
+// recomputes their mean: the benchmarks' convention, where beating the
+// AR original earns nothing and falling below chance costs nothing more.
+func (r *Report) ClampNormalized() {
+	var sum float64
+	n := 0
+	for i := range r.Tasks {
+		if v := r.Tasks[i].Normalized; v != nil {
+			*v = min(max(*v, 0), 100)
+			sum += *v
+			n++
+		}
+	}
+	if n > 0 {
+		m := sum / float64(n)
+		r.MeanNormalized = &m
+	}
+}
+
 // ReadReport reads a report written by WriteJSON.
 func ReadReport(path string) (*Report, error) {
 	b, err := os.ReadFile(path)

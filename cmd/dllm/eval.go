@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -37,9 +38,11 @@ Works against any OpenAI-compatible server (dllm serve, vLLM, SGLang).
 429 and 503 answers and dropped connections are retried with backoff.`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "server", Value: "http://localhost:8000", Usage: "server `URL` (its root or /v1)"},
-			&cli.StringFlag{Name: "tasks", Usage: "eval `FILE.jsonl` (required)"},
+			&cli.StringFlag{Name: "tasks", Usage: "eval `FILE.jsonl` (or --suite)"},
+			&cli.StringFlag{Name: "suite", Usage: "published benchmarks instead of --tasks, comma-separated: math-500, gpqa-diamond (docs/eval.md)"},
+			&cli.StringFlag{Name: "data", Value: "benchmarks", Usage: "`DIR` holding the suites' official files as docs/eval.md downloads them"},
 			&cli.IntFlag{Name: "concurrency", Value: 4, Usage: "requests in flight"},
-			&cli.IntFlag{Name: "max-tokens", Value: 1024, Usage: "cap on each reply, reasoning included (0: the server's default)"},
+			&cli.IntFlag{Name: "max-tokens", Value: 1024, Usage: "cap on each reply, reasoning included (0: the server's default; 32768 with --suite unless given)"},
 			&cli.FloatFlag{Name: "temperature", Value: 0, Usage: "sampling temperature; 0 is greedy"},
 			&cli.BoolFlag{Name: "enable-thinking", Value: true, Usage: "chat_template_kwargs.enable_thinking"},
 			&cli.StringFlag{Name: "model", Usage: "the request's model (default: the server's first in /v1/models)"},
@@ -104,26 +107,48 @@ score over runs and each run's worst task.`,
 	}
 }
 
+// suiteMaxTokens is --max-tokens for the benchmarks: reasoning models'
+// replies run to tens of thousands of tokens, and a reply cut short scores
+// as wrong.
+const suiteMaxTokens = 32768
+
 func runEval(ctx context.Context, c *cli.Command) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	path := c.String("tasks")
-	if path == "" {
-		return fmt.Errorf("eval: --tasks FILE.jsonl is required (or: dllm eval summary RESULTS.json...)")
-	}
-	items, err := eval.LoadItems(path)
-	if err != nil {
-		return err
-	}
-	info, err := eval.LoadTaskInfo(path)
-	if err != nil {
-		return err
-	}
-	chance := map[string]float64{}
-	for name, t := range info {
-		chance[name] = t.Chance
+	path, suite := c.String("tasks"), c.String("suite")
+	var (
+		items  []eval.Item
+		chance map[string]float64
+		base   *eval.Report // the AR original's scores: the suites' table or --baseline
+		err    error
+	)
+	switch {
+	case path != "" && suite != "":
+		return fmt.Errorf("eval: give --tasks or --suite, not both")
+	case suite != "":
+		if items, chance, base, err = eval.LoadSuites(strings.Split(suite, ","), c.String("data")); err != nil {
+			return err
+		}
+		path = suite
+	case path == "":
+		return fmt.Errorf("eval: --tasks FILE.jsonl or --suite NAMES is required (or: dllm eval summary RESULTS.json...)")
+	default:
+		if items, err = eval.LoadItems(path); err != nil {
+			return err
+		}
+		info, err := eval.LoadTaskInfo(path)
+		if err != nil {
+			return err
+		}
+		chance = map[string]float64{}
+		for name, t := range info {
+			chance[name] = t.Chance
+		}
 	}
 	o := eval.Options{Items: items, Chance: chance, Concurrency: c.Int("concurrency"), Limit: c.Int("limit"), MaxTokens: c.Int("max-tokens")}
+	if suite != "" && !c.IsSet("max-tokens") {
+		o.MaxTokens = suiteMaxTokens
+	}
 	if o.Concurrency < 1 {
 		return fmt.Errorf("eval: --concurrency %d: want at least 1", o.Concurrency)
 	}
@@ -152,7 +177,6 @@ func runEval(ctx context.Context, c *cli.Command) error {
 		}
 		o.Extra["threshold"] = th
 	}
-	var base *eval.Report
 	if b := c.String("baseline"); b != "" {
 		if base, err = eval.ReadReport(b); err != nil {
 			return err
@@ -190,6 +214,9 @@ func runEval(ctx context.Context, c *cli.Command) error {
 		"concurrency": o.Concurrency, "limit": o.Limit, "extra": o.Extra}
 	if base != nil {
 		rep.CompareTo(base)
+		if suite != "" {
+			rep.ClampNormalized()
+		}
 	}
 	rep.PrintTable(c.Root().Writer)
 	if out := c.String("out"); out != "" {

@@ -1,0 +1,209 @@
+package eval
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// Suite is a published benchmark read from its official files, with the
+// prompt and scoring of the reference harnesses (docs/eval.md).
+type Suite struct {
+	// Name is the --suite name; Task names its items in reports.
+	Name, Task string
+	// File is the official file's path under --data, as the download
+	// commands of docs/eval.md leave it.
+	File string
+	// Zero and Full are the accuracies normalised to 0 and 100: chance,
+	// and the AR MiniCPM5-2B's published score.
+	Zero, Full float64
+	load       func(path string) ([]Item, error)
+}
+
+// mathPrompt is Qwen2.5-Math's chain-of-thought instruction, which MATH-500
+// evaluations of reasoning models use.
+const mathPrompt = "Please reason step by step, and put your final answer within \\boxed{}."
+
+// mcqPrompt is simple-evals' multiple-choice template (GPQA, MMLU-Pro):
+// the question, the options as "A) ...", the answer on a last "Answer: X"
+// line.
+const mcqPrompt = "Answer the following multiple choice question. The last line of your response should be of the following format: 'Answer: $LETTER' (without quotes) where LETTER is one of %s. Think step by step before answering.\n\n%s\n\n%s"
+
+// Suites are the benchmarks dllm eval reads, by --suite name.
+var Suites = map[string]Suite{
+	"math-500":     {Name: "math-500", Task: "math_500", File: "math-500/test.jsonl", Zero: 0, Full: 0.98, load: loadMATH500},
+	"gpqa-diamond": {Name: "gpqa-diamond", Task: "gpqa_diamond", File: "gpqa/gpqa_diamond.csv", Zero: 0.25, Full: 0.6717, load: loadGPQA},
+}
+
+// LoadSuites reads the named suites' files under dir: their items, each
+// task's chance, and a baseline report holding the AR original's scores
+// (Report.CompareTo normalises against it).
+func LoadSuites(names []string, dir string) (items []Item, chance map[string]float64, base *Report, err error) {
+	chance = map[string]float64{}
+	base = &Report{}
+	for _, name := range names {
+		s, ok := Suites[name]
+		if !ok {
+			return nil, nil, nil, fmt.Errorf("eval: unknown suite %q (want one of %s)", name, suiteNames())
+		}
+		path := filepath.Join(dir, s.File)
+		got, err := s.load(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil, nil, fmt.Errorf("eval: suite %s: no %s (docs/eval.md says how to download it)", name, path)
+		}
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("eval: suite %s: %s: %w", name, path, err)
+		}
+		if len(got) == 0 {
+			return nil, nil, nil, fmt.Errorf("eval: suite %s: %s has no items", name, path)
+		}
+		items = append(items, got...)
+		chance[s.Task] = s.Zero
+		base.Tasks = append(base.Tasks, TaskSummary{Task: s.Task, Accuracy: s.Full, Chance: s.Zero})
+	}
+	return items, chance, base, nil
+}
+
+func suiteNames() string {
+	names := make([]string, 0, len(Suites))
+	for n := range Suites {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return strings.Join(names, ", ")
+}
+
+// loadMATH500 reads HuggingFaceH4/MATH-500's test.jsonl: one JSON object a
+// line with problem, answer and unique_id (and solution, subject, level,
+// which scoring does not use).
+func loadMATH500(path string) ([]Item, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), maxLine)
+	var items []Item
+	for line := 1; sc.Scan(); line++ {
+		b := bytes.TrimSpace(sc.Bytes())
+		if len(b) == 0 {
+			continue
+		}
+		var row struct {
+			Problem  string `json:"problem"`
+			Answer   string `json:"answer"`
+			UniqueID string `json:"unique_id"`
+		}
+		if err := json.Unmarshal(b, &row); err != nil {
+			return nil, fmt.Errorf("line %d: %w", line, err)
+		}
+		if row.Problem == "" || row.Answer == "" {
+			return nil, fmt.Errorf("line %d: no problem or answer (is this MATH-500's test.jsonl?)", line)
+		}
+		id := row.UniqueID
+		if id == "" {
+			id = fmt.Sprintf("math_500-%d", line)
+		}
+		items = append(items, Item{ID: id, Task: "math_500", Format: FormatMath, Answer: row.Answer,
+			Messages: []Message{{Role: "user", Content: row.Problem + "\n" + mathPrompt}}})
+	}
+	return items, sc.Err()
+}
+
+// loadGPQA reads Idavidrein/gpqa's gpqa_diamond.csv: a header row, then
+// per question its Question, Correct Answer and Incorrect Answer 1-3
+// (among many other columns). The four options are shuffled by a seed
+// drawn from the question's Record ID (else its row), so every run and
+// every server sees the same order.
+func loadGPQA(path string) ([]Item, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	r := csv.NewReader(f)
+	r.FieldsPerRecord = -1
+	head, err := r.Read()
+	if err != nil {
+		return nil, fmt.Errorf("header: %w", err)
+	}
+	col := map[string]int{}
+	for i, h := range head {
+		col[strings.TrimSpace(strings.TrimPrefix(h, "\ufeff"))] = i
+	}
+	need := []string{"Question", "Correct Answer", "Incorrect Answer 1", "Incorrect Answer 2", "Incorrect Answer 3"}
+	for _, n := range need {
+		if _, ok := col[n]; !ok {
+			return nil, fmt.Errorf("no %q column (is this GPQA's gpqa_diamond.csv?)", n)
+		}
+	}
+	var items []Item
+	for row := 2; ; row++ {
+		rec, err := r.Read()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		field := func(n string) string {
+			if i := col[n]; i < len(rec) {
+				return strings.TrimSpace(rec[i])
+			}
+			return ""
+		}
+		opts := []string{field("Correct Answer"), field("Incorrect Answer 1"), field("Incorrect Answer 2"), field("Incorrect Answer 3")}
+		q := field("Question")
+		if q == "" || slices.Contains(opts, "") {
+			return nil, fmt.Errorf("row %d: a question or an option is empty", row)
+		}
+		id := field("Record ID")
+		if id == "" {
+			id = fmt.Sprintf("gpqa_diamond-%d", row)
+		}
+		order := shuffled(len(opts), id)
+		choices := make([]string, len(opts))
+		answer := ""
+		for pos, k := range order {
+			choices[pos] = opts[k]
+			if k == 0 {
+				answer = string(rune('A' + pos))
+			}
+		}
+		items = append(items, Item{ID: id, Task: "gpqa_diamond", Answer: answer, Choices: choices,
+			Messages: []Message{{Role: "user", Content: mcq(q, choices)}}})
+	}
+	return items, nil
+}
+
+// mcq renders a multiple-choice question with simple-evals' template.
+func mcq(question string, choices []string) string {
+	letters := make([]string, len(choices))
+	lines := make([]string, len(choices))
+	for i, c := range choices {
+		letters[i] = string(rune('A' + i))
+		lines[i] = letters[i] + ") " + c
+	}
+	return fmt.Sprintf(mcqPrompt, strings.Join(letters, ""), question, strings.Join(lines, "\n"))
+}
+
+// shuffled is a permutation of 0..n-1 seeded by key: the same key gives
+// the same order on every machine.
+func shuffled(n int, key string) []int {
+	h := sha256.Sum256([]byte("dllm-eval-options\x00" + key))
+	rng := rand.New(rand.NewPCG(binary.LittleEndian.Uint64(h[:8]), binary.LittleEndian.Uint64(h[8:16])))
+	return rng.Perm(n)
+}

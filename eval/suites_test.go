@@ -1,0 +1,118 @@
+package eval
+
+import (
+	"context"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The suites read their official file formats (fixtures written in them,
+// not benchmark items): MATH-500's JSONL, GPQA's CSV with quoted commas,
+// newlines and extra columns.
+func TestLoadSuites(t *testing.T) {
+	items, chance, base, err := LoadSuites([]string{"math-500", "gpqa-diamond"}, "testdata/suites")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(items) != 6 || chance["math_500"] != 0 || chance["gpqa_diamond"] != 0.25 || len(base.Tasks) != 2 || base.Tasks[1].Accuracy != 0.6717 {
+		t.Fatalf("%d items, chance %v, base %+v", len(items), chance, base.Tasks)
+	}
+	m := items[0]
+	if m.ID != "test/prealgebra/9001.json" || m.Format != FormatMath || m.Answer != `\frac{2}{5}` ||
+		!strings.HasSuffix(m.Messages[0].Content, "\nPlease reason step by step, and put your final answer within \\boxed{}.") {
+		t.Errorf("MATH-500 item %+v", m)
+	}
+	correct := map[string]string{"recFixture0001": "The photon", "recFixture0002": "1e-3", "recFixture0003": "The chloroplast"}
+	var orders [][]string
+	for _, it := range items[3:] {
+		if err := it.check(); err != nil {
+			t.Fatal(err)
+		}
+		if got := it.Choices[it.Answer[0]-'A']; got != correct[it.ID] {
+			t.Errorf("%s: answer %s is %q, want %q", it.ID, it.Answer, got, correct[it.ID])
+		}
+		p := it.Messages[0].Content
+		if !strings.HasPrefix(p, "Answer the following multiple choice question. The last line of your response should be of the following format: 'Answer: $LETTER' (without quotes) where LETTER is one of ABCD.") ||
+			!strings.Contains(p, "\nA) "+it.Choices[0]+"\nB) ") {
+			t.Errorf("%s: prompt %q", it.ID, p)
+		}
+		orders = append(orders, it.Choices)
+	}
+	if !strings.Contains(items[5].Messages[0].Content, "\nChoose one.") || !slices.Contains(items[5].Choices, `The nucleus, "the control centre"`) {
+		t.Errorf("quoted CSV fields: %+v", items[5])
+	}
+	// The same file gives the same option order.
+	again, _, _, _ := LoadSuites([]string{"gpqa-diamond"}, "testdata/suites")
+	for i, it := range again {
+		if !slices.Equal(it.Choices, orders[i]) {
+			t.Errorf("%s: order %v, then %v", it.ID, orders[i], it.Choices)
+		}
+	}
+}
+
+func TestLoadSuitesErrors(t *testing.T) {
+	for _, c := range []struct {
+		names []string
+		dir   string
+		want  string
+	}{
+		{[]string{"mmlu"}, "testdata/suites", `unknown suite "mmlu"`},
+		{[]string{"math-500"}, t.TempDir(), "docs/eval.md says how to download it"},
+		{[]string{"math-500", "gpqa-diamond"}, "testdata", "no testdata/math-500/test.jsonl"},
+	} {
+		_, _, _, err := LoadSuites(c.names, c.dir)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v in %s: %v, want %q", c.names, c.dir, err, c.want)
+		}
+	}
+}
+
+// A suite run scores the replies as the references would and normalises
+// against the AR original's table, clamped to 0..100.
+func TestSuiteRun(t *testing.T) {
+	items, chance, base, err := LoadSuites([]string{"math-500", "gpqa-diamond"}, "testdata/suites")
+	if err != nil {
+		t.Fatal(err)
+	}
+	replies := map[string]fakeReply{}
+	for i, it := range items {
+		r := fakeReply{tokens: 10, steps: 5}
+		switch {
+		case it.Format == FormatMath && i == 0:
+			r.content = `So the answer is $\boxed{0.4}$.` // equal to 2/5
+		case it.Format == FormatMath && i == 1:
+			r.content = `\boxed{3,2}` // a list in another order
+		case it.Format == FormatMath:
+			r.content = `\boxed{60}` // wrong
+		default:
+			r.content = "Reasoning...\nAnswer: " + it.Answer // every GPQA item right
+		}
+		replies[it.Messages[0].Content] = r
+	}
+	f := &fakeServer{asked: map[string]int{}, replies: replies}
+	ts := httptest.NewServer(f)
+	defer ts.Close()
+	cl := NewClient(ts.URL)
+	cl.Backoff = time.Millisecond
+	rep, err := Run(context.Background(), Options{Client: cl, Items: items, Chance: chance, Concurrency: 2, Model: "m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep.CompareTo(base)
+	rep.ClampNormalized()
+	got := map[string]TaskSummary{}
+	for _, ts := range rep.Tasks {
+		got[ts.Task] = ts
+	}
+	math, gpqa := got["math_500"], got["gpqa_diamond"]
+	if math.Correct != 2 || gpqa.Correct != 3 {
+		t.Fatalf("math %+v\ngpqa %+v", math, gpqa)
+	}
+	// math: 100*(2/3)/0.98 = 68.0; gpqa: 100*(1-0.25)/(0.6717-0.25) = 177.9, clamped.
+	if *math.Normalized < 68 || *math.Normalized > 68.1 || *gpqa.Normalized != 100 || *rep.MeanNormalized < 84 || *rep.MeanNormalized > 84.1 {
+		t.Errorf("normalised math %v, gpqa %v, mean %v", *math.Normalized, *gpqa.Normalized, *rep.MeanNormalized)
+	}
+}
