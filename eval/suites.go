@@ -3,6 +3,7 @@ package eval
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/csv"
@@ -16,6 +17,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet/file"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 )
 
 // Suite is a published benchmark read from its official files, with the
@@ -45,6 +52,7 @@ const mcqPrompt = "Answer the following multiple choice question. The last line 
 var Suites = map[string]Suite{
 	"math-500":     {Name: "math-500", Task: "math_500", File: "math-500/test.jsonl", Zero: 0, Full: 0.98, load: loadMATH500},
 	"gpqa-diamond": {Name: "gpqa-diamond", Task: "gpqa_diamond", File: "gpqa/gpqa_diamond.csv", Zero: 0.25, Full: 0.6717, load: loadGPQA},
+	"mmlu-pro":     {Name: "mmlu-pro", Task: "mmlu_pro", File: "mmlu-pro/data/test-00000-of-00001.parquet", Zero: 0.1111, Full: 0.6914, load: loadMMLUPro},
 }
 
 // LoadSuites reads the named suites' files under dir: their items, each
@@ -185,6 +193,92 @@ func loadGPQA(path string) ([]Item, error) {
 		}
 		items = append(items, Item{ID: id, Task: "gpqa_diamond", Answer: answer, Choices: choices,
 			Messages: []Message{{Role: "user", Content: mcq(q, choices)}}})
+	}
+	return items, nil
+}
+
+// loadMMLUPro reads TIGER-Lab/MMLU-Pro's test Parquet file: per question
+// its question_id, question, options (a list of up to ten) and answer (a
+// letter). Options "N/A", which pad some lists, are dropped as MMLU-Pro's
+// own evaluate_from_local.py drops them.
+func loadMMLUPro(path string) ([]Item, error) {
+	if _, err := os.Stat(path); err != nil {
+		return nil, err
+	}
+	pf, err := file.OpenParquetFile(path, false)
+	if err != nil {
+		return nil, err
+	}
+	defer pf.Close()
+	fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{BatchSize: 1024}, memory.DefaultAllocator)
+	if err != nil {
+		return nil, err
+	}
+	tbl, err := fr.ReadTable(context.Background())
+	if err != nil {
+		return nil, err
+	}
+	defer tbl.Release()
+	cols := map[string]int{}
+	for _, name := range []string{"question_id", "question", "options", "answer"} {
+		idx := tbl.Schema().FieldIndices(name)
+		if len(idx) == 0 {
+			return nil, fmt.Errorf("no %q column (is this MMLU-Pro's test Parquet file?)", name)
+		}
+		cols[name] = idx[0]
+	}
+	tr := array.NewTableReader(tbl, 1024)
+	defer tr.Release()
+	var items []Item
+	for tr.Next() {
+		rec := tr.RecordBatch()
+		got, err := mmluRows(rec, cols)
+		if err != nil {
+			return nil, err
+		}
+		items = append(items, got...)
+	}
+	return items, tr.Err()
+}
+
+// stringValues is a String or LargeString column.
+type stringValues interface{ Value(int) string }
+
+// listValues is a List or LargeList column.
+type listValues interface {
+	ValueOffsets(int) (int64, int64)
+	ListValues() arrow.Array
+}
+
+// mmluRows turns one record batch of MMLU-Pro into items.
+func mmluRows(rec arrow.RecordBatch, cols map[string]int) ([]Item, error) {
+	q, ok1 := rec.Column(cols["question"]).(stringValues)
+	ans, ok2 := rec.Column(cols["answer"]).(stringValues)
+	opts, ok3 := rec.Column(cols["options"]).(listValues)
+	var texts stringValues
+	if ok3 {
+		texts, ok3 = opts.ListValues().(stringValues)
+	}
+	if !ok1 || !ok2 || !ok3 {
+		return nil, fmt.Errorf("question, answer and options must be strings and a list of strings")
+	}
+	ids := rec.Column(cols["question_id"])
+	var items []Item
+	for i := 0; i < int(rec.NumRows()); i++ {
+		id := "mmlu_pro-" + ids.ValueStr(i)
+		lo, hi := opts.ValueOffsets(i)
+		var choices []string
+		for j := lo; j < hi; j++ {
+			if o := strings.TrimSpace(texts.Value(int(j))); o != "N/A" {
+				choices = append(choices, o)
+			}
+		}
+		a := strings.TrimSpace(ans.Value(i))
+		if len(a) != 1 || a[0] < 'A' || int(a[0]-'A') >= len(choices) {
+			return nil, fmt.Errorf("%s: answer %q is not a letter of its %d options", id, a, len(choices))
+		}
+		items = append(items, Item{ID: id, Task: "mmlu_pro", Answer: a, Choices: choices,
+			Messages: []Message{{Role: "user", Content: mcq(q.Value(i), choices)}}})
 	}
 	return items, nil
 }

@@ -3,10 +3,18 @@ package eval
 import (
 	"context"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 )
 
 // The suites read their official file formats (fixtures written in them,
@@ -114,5 +122,66 @@ func TestSuiteRun(t *testing.T) {
 	// math: 100*(2/3)/0.98 = 68.0; gpqa: 100*(1-0.25)/(0.6717-0.25) = 177.9, clamped.
 	if *math.Normalized < 68 || *math.Normalized > 68.1 || *gpqa.Normalized != 100 || *rep.MeanNormalized < 84 || *rep.MeanNormalized > 84.1 {
 		t.Errorf("normalised math %v, gpqa %v, mean %v", *math.Normalized, *gpqa.Normalized, *rep.MeanNormalized)
+	}
+}
+
+// MMLU-Pro's test file is Parquet: question_id, question, options (a list,
+// "N/A" padding dropped), answer (a letter) and columns eval ignores.
+func TestLoadMMLUPro(t *testing.T) {
+	dir := t.TempDir()
+	schema := arrow.NewSchema([]arrow.Field{
+		{Name: "question_id", Type: arrow.PrimitiveTypes.Int64},
+		{Name: "question", Type: arrow.BinaryTypes.String},
+		{Name: "options", Type: arrow.ListOf(arrow.BinaryTypes.String)},
+		{Name: "answer", Type: arrow.BinaryTypes.String},
+		{Name: "answer_index", Type: arrow.PrimitiveTypes.Int64},
+		{Name: "category", Type: arrow.BinaryTypes.String},
+	}, nil)
+	rows := `[
+		{"question_id": 70, "question": "Which gas do plants take in for photosynthesis?", "options": ["Oxygen", "Carbon dioxide", "Nitrogen", "Helium", "Argon", "Neon", "Hydrogen", "Methane", "Ozone", "Water vapour"], "answer": "B", "answer_index": 1, "category": "biology"},
+		{"question_id": 71, "question": "What is 2+2?", "options": ["3", "4", "5", "N/A"], "answer": "B", "answer_index": 1, "category": "math"}
+	]`
+	rec, _, err := array.RecordFromJSON(memory.DefaultAllocator, schema, strings.NewReader(rows))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rec.Release()
+	path := filepath.Join(dir, Suites["mmlu-pro"].File)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := pqarrow.NewFileWriter(schema, f, parquet.NewWriterProperties(), pqarrow.DefaultWriterProps())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Write(rec); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	items, chance, _, err := LoadSuites([]string{"mmlu-pro"}, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(items) != 2 || chance["mmlu_pro"] != 0.1111 {
+		t.Fatalf("%d items, chance %v", len(items), chance)
+	}
+	a, b := items[0], items[1]
+	if a.ID != "mmlu_pro-70" || a.Answer != "B" || len(a.Choices) != 10 || !strings.Contains(a.Messages[0].Content, "one of ABCDEFGHIJ.") ||
+		!strings.Contains(a.Messages[0].Content, "\nJ) Water vapour") {
+		t.Errorf("item %+v", a)
+	}
+	if len(b.Choices) != 3 || !strings.Contains(b.Messages[0].Content, "one of ABC.") {
+		t.Errorf("N/A kept: %+v", b)
+	}
+	for _, it := range items {
+		if err := it.check(); err != nil {
+			t.Error(err)
+		}
 	}
 }

@@ -39,7 +39,7 @@ Works against any OpenAI-compatible server (dllm serve, vLLM, SGLang).
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "server", Value: "http://localhost:8000", Usage: "server `URL` (its root or /v1)"},
 			&cli.StringFlag{Name: "tasks", Usage: "eval `FILE.jsonl` (or --suite)"},
-			&cli.StringFlag{Name: "suite", Usage: "published benchmarks instead of --tasks, comma-separated: math-500, gpqa-diamond (docs/eval.md)"},
+			&cli.StringFlag{Name: "suite", Usage: "published benchmarks instead of --tasks, comma-separated: math-500, gpqa-diamond, mmlu-pro (docs/eval.md)"},
 			&cli.StringFlag{Name: "data", Value: "benchmarks", Usage: "`DIR` holding the suites' official files as docs/eval.md downloads them"},
 			&cli.IntFlag{Name: "concurrency", Value: 4, Usage: "requests in flight"},
 			&cli.IntFlag{Name: "max-tokens", Value: 1024, Usage: "cap on each reply, reasoning included (0: the server's default; 32768 with --suite unless given)"},
