@@ -37,6 +37,30 @@ type Item struct {
 	// compared with MathEqual). Empty: a letter with Choices, else a
 	// number or text.
 	Format string `json:"format,omitempty"`
+	// Repeat numbers the samples of one question (Repeat): 0 for the first.
+	Repeat int `json:"repeat,omitempty"`
+}
+
+// Repeat returns n samples of every item, for pass@1 averaged over n: with
+// n > 1 the k-th sample's ID gets "#k" and its Repeat is k. sample, when
+// not nil, makes each sample from the item and k (multiple-choice options in
+// another order for each, say).
+func Repeat(items []Item, n int, sample func(it Item, k int) Item) []Item {
+	n = max(n, 1)
+	out := items[:0:0]
+	for _, it := range items {
+		for k := range n {
+			s := it
+			if sample != nil {
+				s = sample(it, k)
+			}
+			if n > 1 {
+				s.ID, s.Repeat = fmt.Sprintf("%s#%d", it.ID, k), k
+			}
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // Item formats with their own scoring.

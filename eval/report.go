@@ -16,7 +16,11 @@ type TaskSummary struct {
 	N        int     `json:"n"`
 	Correct  int     `json:"correct"`
 	Accuracy float64 `json:"accuracy"`
-	Chance   float64 `json:"chance"`
+	// StdErr is the accuracy's standard error, sqrt(acc*(1-acc)/n): the
+	// binomial spread of a score over n items (one run's sampling noise,
+	// not the spread over seeds).
+	StdErr float64 `json:"stderr"`
+	Chance float64 `json:"chance"`
 	// Errors counts requests that failed (scored wrong); NoAnswer replies
 	// without an extractable answer; Truncated replies cut by max_tokens.
 	Errors    int `json:"errors"`
@@ -114,6 +118,7 @@ func add(s *TaskSummary, r *ItemResult) {
 
 func finish(s *TaskSummary) {
 	s.Accuracy = float64(s.Correct) / float64(max(s.N, 1))
+	s.StdErr = math.Sqrt(s.Accuracy * (1 - s.Accuracy) / float64(max(s.N, 1)))
 	s.TokensPerSec = float64(s.Tokens) / max(s.Seconds, 1e-9)
 	if s.Steps > 0 {
 		t := float64(s.Tokens) / float64(s.Steps)
@@ -208,7 +213,7 @@ func (r *Report) PrintTable(w io.Writer) {
 		withBase = withBase || t.Baseline != nil
 		verified = verified || t.Acceptance != nil
 	}
-	head := "task\tn\taccuracy\tchance\ttokens\ttok/s\tTPF\terrors\tno answer\ttruncated\t"
+	head := "task\tn\taccuracy\t±\tchance\ttokens\ttok/s\tTPF\terrors\tno answer\ttruncated\t"
 	if withBase {
 		head += "baseline\tnormalised\t"
 	}
@@ -217,7 +222,7 @@ func (r *Report) PrintTable(w io.Writer) {
 	}
 	fmt.Fprintln(tw, head)
 	row := func(t *TaskSummary) {
-		fmt.Fprintf(tw, "%s\t%d\t%.3f\t%.2f\t%d\t%.1f\t%s\t%d\t%d\t%d\t", t.Task, t.N, t.Accuracy, t.Chance, t.Tokens, t.TokensPerSec,
+		fmt.Fprintf(tw, "%s\t%d\t%.3f\t%.3f\t%.2f\t%d\t%.1f\t%s\t%d\t%d\t%d\t", t.Task, t.N, t.Accuracy, t.StdErr, t.Chance, t.Tokens, t.TokensPerSec,
 			optFloat(t.TPF, "%.2f"), t.Errors, t.NoAnswer, t.Truncated)
 		if withBase {
 			fmt.Fprintf(tw, "%s\t%s\t", optFloat(t.Baseline, "%.3f"), optFloat(t.Normalized, "%.1f"))

@@ -32,7 +32,8 @@ type Options struct {
 	Temperature *float64
 	// EnableThinking, when set, is sent as chat_template_kwargs.enable_thinking.
 	EnableThinking *bool
-	// Seed, when set, is sent with every request.
+	// Seed, when set, is sent with every request, plus the item's Repeat
+	// (so the samples of one question differ).
 	Seed *int64
 	// Extra fields are merged into every request body (e.g. dllm's
 	// "threshold").
@@ -63,16 +64,21 @@ type ItemResult struct {
 	Error     string  `json:"error,omitempty"`
 }
 
-// Limit keeps the first n items of every task (n <= 0 keeps all).
+// Limit keeps the first n questions of every task, with their samples
+// (n <= 0 keeps all).
 func Limit(items []Item, n int) []Item {
 	if n <= 0 {
 		return items
 	}
+	// Questions are counted, not samples: a question's samples (Repeat)
+	// follow it and go with it.
 	count := map[string]int{}
 	var out []Item
 	for _, it := range items {
-		if count[it.Task] < n {
+		if it.Repeat == 0 {
 			count[it.Task]++
+		}
+		if count[it.Task] <= n {
 			out = append(out, it)
 		}
 	}
@@ -136,7 +142,12 @@ func isUnreachable(msg string) bool {
 // ask sends one item and scores the reply.
 func ask(ctx context.Context, o *Options, it *Item) ItemResult {
 	r := ItemResult{ID: it.ID, Task: it.Task, Answer: it.Answer}
-	req := &ChatRequest{Model: o.Model, Messages: it.Messages, MaxTokens: o.MaxTokens, Temperature: o.Temperature, Seed: o.Seed, Extra: o.Extra}
+	seed := o.Seed
+	if seed != nil && it.Repeat > 0 {
+		s := *seed + int64(it.Repeat)
+		seed = &s
+	}
+	req := &ChatRequest{Model: o.Model, Messages: it.Messages, MaxTokens: o.MaxTokens, Temperature: o.Temperature, Seed: seed, Extra: o.Extra}
 	if o.EnableThinking != nil {
 		req.ChatTemplateKwargs = map[string]any{"enable_thinking": *o.EnableThinking}
 	}

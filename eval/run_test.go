@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -103,6 +104,9 @@ func TestRun(t *testing.T) {
 	add, mcq := rep.Tasks[0], rep.Tasks[1]
 	if add.Task != "add" || add.N != 5 || add.Correct != 2 || add.Errors != 1 || add.NoAnswer != 1 || add.Chance != 0 {
 		t.Errorf("add = %+v", add)
+	}
+	if se := math.Sqrt(0.4 * 0.6 / 5); math.Abs(add.StdErr-se) > 1e-12 {
+		t.Errorf("add stderr %v, want %v", add.StdErr, se)
 	}
 	if add.Tokens != 60 || add.TPF == nil || *add.TPF != 60.0/20 {
 		t.Errorf("add tokens %d, tpf %v", add.Tokens, add.TPF)

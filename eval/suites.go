@@ -36,7 +36,8 @@ type Suite struct {
 	// Zero and Full are the accuracies normalised to 0 and 100: chance,
 	// and the AR MiniCPM5-2B's published score.
 	Zero, Full float64
-	load       func(path string) ([]Item, error)
+	// load reads the file into samples copies of every item (see Repeat).
+	load func(path string, samples int) ([]Item, error)
 }
 
 // mathPrompt is Qwen2.5-Math's chain-of-thought instruction, which MATH-500
@@ -55,10 +56,11 @@ var Suites = map[string]Suite{
 	"mmlu-pro":     {Name: "mmlu-pro", Task: "mmlu_pro", File: "mmlu-pro/data/test-00000-of-00001.parquet", Zero: 0.1111, Full: 0.6914, load: loadMMLUPro},
 }
 
-// LoadSuites reads the named suites' files under dir: their items, each
-// task's chance, and a baseline report holding the AR original's scores
-// (Report.CompareTo normalises against it).
-func LoadSuites(names []string, dir string) (items []Item, chance map[string]float64, base *Report, err error) {
+// LoadSuites reads the named suites' files under dir, each item repeated
+// samples times (pass@1 averaged over the samples; at least 1): their
+// items, each task's chance, and a baseline report holding the AR
+// original's scores (Report.CompareTo normalises against it).
+func LoadSuites(names []string, dir string, samples int) (items []Item, chance map[string]float64, base *Report, err error) {
 	chance = map[string]float64{}
 	base = &Report{}
 	for _, name := range names {
@@ -67,7 +69,7 @@ func LoadSuites(names []string, dir string) (items []Item, chance map[string]flo
 			return nil, nil, nil, fmt.Errorf("eval: unknown suite %q (want one of %s)", name, suiteNames())
 		}
 		path := filepath.Join(dir, s.File)
-		got, err := s.load(path)
+		got, err := s.load(path, max(samples, 1))
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, nil, nil, fmt.Errorf("eval: suite %s: no %s (docs/eval.md says how to download it)", name, path)
 		}
@@ -96,7 +98,7 @@ func suiteNames() string {
 // loadMATH500 reads HuggingFaceH4/MATH-500's test.jsonl: one JSON object a
 // line with problem, answer and unique_id (and solution, subject, level,
 // which scoring does not use).
-func loadMATH500(path string) ([]Item, error) {
+func loadMATH500(path string, samples int) ([]Item, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -128,15 +130,15 @@ func loadMATH500(path string) ([]Item, error) {
 		items = append(items, Item{ID: id, Task: "math_500", Format: FormatMath, Answer: row.Answer,
 			Messages: []Message{{Role: "user", Content: row.Problem + "\n" + mathPrompt}}})
 	}
-	return items, sc.Err()
+	return Repeat(items, samples, nil), sc.Err()
 }
 
 // loadGPQA reads Idavidrein/gpqa's gpqa_diamond.csv: a header row, then
 // per question its Question, Correct Answer and Incorrect Answer 1-3
 // (among many other columns). The four options are shuffled by a seed
-// drawn from the question's Record ID (else its row), so every run and
-// every server sees the same order.
-func loadGPQA(path string) ([]Item, error) {
+// drawn from the question's Record ID (else its row) and the sample's
+// number, so every run and every server sees the same orders.
+func loadGPQA(path string, samples int) ([]Item, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -182,17 +184,23 @@ func loadGPQA(path string) ([]Item, error) {
 		if id == "" {
 			id = fmt.Sprintf("gpqa_diamond-%d", row)
 		}
-		order := shuffled(len(opts), id)
-		choices := make([]string, len(opts))
-		answer := ""
-		for pos, k := range order {
-			choices[pos] = opts[k]
-			if k == 0 {
-				answer = string(rune('A' + pos))
+		it := Item{ID: id, Task: "gpqa_diamond"}
+		items = append(items, Repeat([]Item{it}, samples, func(it Item, k int) Item {
+			key := id
+			if k > 0 {
+				key = fmt.Sprintf("%s#%d", id, k)
 			}
-		}
-		items = append(items, Item{ID: id, Task: "gpqa_diamond", Answer: answer, Choices: choices,
-			Messages: []Message{{Role: "user", Content: mcq(q, choices)}}})
+			order := shuffled(len(opts), key)
+			it.Choices = make([]string, len(opts))
+			for pos, o := range order {
+				it.Choices[pos] = opts[o]
+				if o == 0 {
+					it.Answer = string(rune('A' + pos))
+				}
+			}
+			it.Messages = []Message{{Role: "user", Content: mcq(q, it.Choices)}}
+			return it
+		})...)
 	}
 	return items, nil
 }
@@ -201,7 +209,7 @@ func loadGPQA(path string) ([]Item, error) {
 // its question_id, question, options (a list of up to ten) and answer (a
 // letter). Options "N/A", which pad some lists, are dropped as MMLU-Pro's
 // own evaluate_from_local.py drops them.
-func loadMMLUPro(path string) ([]Item, error) {
+func loadMMLUPro(path string, samples int) ([]Item, error) {
 	if _, err := os.Stat(path); err != nil {
 		return nil, err
 	}
@@ -238,7 +246,7 @@ func loadMMLUPro(path string) ([]Item, error) {
 		}
 		items = append(items, got...)
 	}
-	return items, tr.Err()
+	return Repeat(items, samples, nil), tr.Err()
 }
 
 // stringValues is a String or LargeString column.

@@ -21,7 +21,7 @@ import (
 // not benchmark items): MATH-500's JSONL, GPQA's CSV with quoted commas,
 // newlines and extra columns.
 func TestLoadSuites(t *testing.T) {
-	items, chance, base, err := LoadSuites([]string{"math-500", "gpqa-diamond"}, "testdata/suites")
+	items, chance, base, err := LoadSuites([]string{"math-500", "gpqa-diamond"}, "testdata/suites", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func TestLoadSuites(t *testing.T) {
 		t.Errorf("quoted CSV fields: %+v", items[5])
 	}
 	// The same file gives the same option order.
-	again, _, _, _ := LoadSuites([]string{"gpqa-diamond"}, "testdata/suites")
+	again, _, _, _ := LoadSuites([]string{"gpqa-diamond"}, "testdata/suites", 1)
 	for i, it := range again {
 		if !slices.Equal(it.Choices, orders[i]) {
 			t.Errorf("%s: order %v, then %v", it.ID, orders[i], it.Choices)
@@ -71,7 +71,7 @@ func TestLoadSuitesErrors(t *testing.T) {
 		{[]string{"math-500"}, t.TempDir(), "docs/eval.md says how to download it"},
 		{[]string{"math-500", "gpqa-diamond"}, "testdata", "no testdata/math-500/test.jsonl"},
 	} {
-		_, _, _, err := LoadSuites(c.names, c.dir)
+		_, _, _, err := LoadSuites(c.names, c.dir, 1)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v in %s: %v, want %q", c.names, c.dir, err, c.want)
 		}
@@ -81,7 +81,7 @@ func TestLoadSuitesErrors(t *testing.T) {
 // A suite run scores the replies as the references would and normalises
 // against the AR original's table, clamped to 0..100.
 func TestSuiteRun(t *testing.T) {
-	items, chance, base, err := LoadSuites([]string{"math-500", "gpqa-diamond"}, "testdata/suites")
+	items, chance, base, err := LoadSuites([]string{"math-500", "gpqa-diamond"}, "testdata/suites", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +164,7 @@ func TestLoadMMLUPro(t *testing.T) {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	items, chance, _, err := LoadSuites([]string{"mmlu-pro"}, dir)
+	items, chance, _, err := LoadSuites([]string{"mmlu-pro"}, dir, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,5 +183,63 @@ func TestLoadMMLUPro(t *testing.T) {
 		if err := it.check(); err != nil {
 			t.Error(err)
 		}
+	}
+}
+
+// --samples repeats every question; GPQA's samples each get their own
+// option order, and requests with a seed get seed + the sample's number.
+func TestSuiteSamples(t *testing.T) {
+	items, _, _, err := LoadSuites([]string{"math-500", "gpqa-diamond"}, "testdata/suites", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(items) != 18 || items[0].ID != "test/prealgebra/9001.json#0" || items[2].Repeat != 2 {
+		t.Fatalf("%d items, first %q, third repeat %d", len(items), items[0].ID, items[2].Repeat)
+	}
+	orders := map[string]bool{}
+	for _, it := range items[9:] {
+		if err := it.check(); err != nil {
+			t.Fatal(err)
+		}
+		correct := it.Choices[it.Answer[0]-'A']
+		if !strings.HasPrefix(correct, "The photon") && correct != "1e-3" && correct != "The chloroplast" {
+			t.Errorf("%s: answer %s = %q", it.ID, it.Answer, correct)
+		}
+		orders[strings.Join(it.Choices, "|")] = true
+	}
+	if len(orders) < 5 {
+		t.Errorf("only %d option orders over 9 GPQA samples", len(orders))
+	}
+	f := &fakeServer{asked: map[string]int{}, replies: map[string]fakeReply{}}
+	ts := httptest.NewServer(f)
+	defer ts.Close()
+	cl := NewClient(ts.URL)
+	cl.Backoff = time.Millisecond
+	seed := int64(100)
+	if _, err := Run(context.Background(), Options{Client: cl, Items: items[:3], Concurrency: 1, Model: "m", Seed: &seed}); err != nil {
+		t.Fatal(err)
+	}
+	var seeds []float64
+	for _, b := range f.bodies {
+		seeds = append(seeds, b["seed"].(float64))
+	}
+	if !slices.Equal(seeds, []float64{100, 101, 102}) {
+		t.Errorf("seeds %v", seeds)
+	}
+}
+
+// --limit counts questions, keeping each one's samples.
+func TestLimitKeepsSamples(t *testing.T) {
+	items, _, _, err := LoadSuites([]string{"math-500", "gpqa-diamond"}, "testdata/suites", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := Limit(items, 1)
+	var ids []string
+	for _, it := range got {
+		ids = append(ids, it.ID)
+	}
+	if len(got) != 4 || got[0].ID != "test/prealgebra/9001.json#0" || got[1].ID != "test/prealgebra/9001.json#1" || got[2].ID != "recFixture0001#0" {
+		t.Errorf("kept %v", ids)
 	}
 }

@@ -40,6 +40,7 @@ Works against any OpenAI-compatible server (dllm serve, vLLM, SGLang).
 			&cli.StringFlag{Name: "server", Value: "http://localhost:8000", Usage: "server `URL` (its root or /v1)"},
 			&cli.StringFlag{Name: "tasks", Usage: "eval `FILE.jsonl` (or --suite)"},
 			&cli.StringFlag{Name: "suite", Usage: "published benchmarks instead of --tasks, comma-separated: math-500, gpqa-diamond, mmlu-pro (docs/eval.md)"},
+			&cli.IntFlag{Name: "samples", Value: 1, Usage: "answers per question: the score is pass@1 averaged over them (give --temperature > 0)"},
 			&cli.StringFlag{Name: "data", Value: "benchmarks", Usage: "`DIR` holding the suites' official files as docs/eval.md downloads them"},
 			&cli.IntFlag{Name: "concurrency", Value: 4, Usage: "requests in flight"},
 			&cli.IntFlag{Name: "max-tokens", Value: 1024, Usage: "cap on each reply, reasoning included (0: the server's default; 32768 with --suite unless given)"},
@@ -115,7 +116,10 @@ const suiteMaxTokens = 32768
 func runEval(ctx context.Context, c *cli.Command) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	path, suite := c.String("tasks"), c.String("suite")
+	path, suite, samples := c.String("tasks"), c.String("suite"), c.Int("samples")
+	if samples < 1 {
+		return fmt.Errorf("eval: --samples %d: want at least 1", samples)
+	}
 	var (
 		items  []eval.Item
 		chance map[string]float64
@@ -126,7 +130,7 @@ func runEval(ctx context.Context, c *cli.Command) error {
 	case path != "" && suite != "":
 		return fmt.Errorf("eval: give --tasks or --suite, not both")
 	case suite != "":
-		if items, chance, base, err = eval.LoadSuites(strings.Split(suite, ","), c.String("data")); err != nil {
+		if items, chance, base, err = eval.LoadSuites(strings.Split(suite, ","), c.String("data"), samples); err != nil {
 			return err
 		}
 		path = suite
@@ -136,6 +140,7 @@ func runEval(ctx context.Context, c *cli.Command) error {
 		if items, err = eval.LoadItems(path); err != nil {
 			return err
 		}
+		items = eval.Repeat(items, samples, nil)
 		info, err := eval.LoadTaskInfo(path)
 		if err != nil {
 			return err
