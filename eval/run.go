@@ -38,6 +38,12 @@ type Options struct {
 	// Extra fields are merged into every request body (e.g. dllm's
 	// "threshold").
 	Extra map[string]any
+	// Journal, when set, is a JSONL file every finished item is appended
+	// to: a rerun with the same Settings skips the items it holds.
+	Journal string
+	// Settings describe the run (model, sampling, ...); a journal holds
+	// them, and resumes only a run with the same.
+	Settings map[string]any
 	// Progress receives a progress line now and then; nil: none.
 	Progress io.Writer
 	// Terminal redraws the progress line in place instead of printing a
@@ -102,6 +108,18 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	defer cancel(nil)
 	results := make([]ItemResult, len(items))
 	prog := newProgress(o.Progress, o.Terminal, len(items))
+	var j *journal
+	done := map[string]ItemResult{}
+	if o.Journal != "" {
+		var err error
+		if j, done, err = openJournal(o.Journal, o.Settings, items); err != nil {
+			return nil, err
+		}
+		defer j.close()
+		if len(done) > 0 && o.Progress != nil {
+			fmt.Fprintf(o.Progress, "eval: resuming %s: %d of %d items already answered\n", o.Journal, len(done), len(items))
+		}
+	}
 	next := make(chan int)
 	var wg sync.WaitGroup
 	for range conc {
@@ -111,6 +129,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			for i := range next {
 				r := ask(ctx, &o, &items[i])
 				results[i] = r
+				if j != nil {
+					if err := j.add(r); err != nil {
+						cancel(fmt.Errorf("eval: journal %s: %w", o.Journal, err))
+					}
+				}
 				if r.Error != "" && isUnreachable(r.Error) {
 					cancel(fmt.Errorf("eval: the server stopped answering: %s", r.Error))
 				}
@@ -120,6 +143,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 feed:
 	for i := range items {
+		if r, ok := done[items[i].ID]; ok {
+			results[i] = r
+			prog.done(r.Correct)
+			continue
+		}
 		select {
 		case next <- i:
 		case <-ctx.Done():

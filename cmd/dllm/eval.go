@@ -210,13 +210,28 @@ func runEval(ctx context.Context, c *cli.Command) error {
 	o.Progress = log
 	n := len(eval.Limit(items, o.Limit))
 	fmt.Fprintf(log, "eval: %d items of %s against %s (model %q), concurrency %d\n", n, path, c.String("server"), o.Model, o.Concurrency)
+	// With --out, every answer also goes to OUT.partial.jsonl as it comes:
+	// a run stopped on the way resumes from it, and it is removed once OUT
+	// is written.
+	out := c.String("out")
+	o.Settings = map[string]any{"items": path, "model": o.Model, "max_tokens": o.MaxTokens, "temperature": temp,
+		"enable_thinking": think, "samples": samples, "limit": o.Limit, "extra": o.Extra}
+	if o.Seed != nil {
+		o.Settings["seed"] = *o.Seed
+	}
+	if out != "" {
+		o.Journal = out + ".partial.jsonl"
+	}
 	rep, err := eval.Run(ctx, o)
 	if err != nil {
+		if o.Journal != "" {
+			return fmt.Errorf("%w (the answers so far are in %s: run the same command again to resume)", err, o.Journal)
+		}
 		return err
 	}
 	rep.Server, rep.Model, rep.File = c.String("server"), o.Model, path
 	rep.Settings = map[string]any{"max_tokens": o.MaxTokens, "temperature": temp, "enable_thinking": think,
-		"concurrency": o.Concurrency, "limit": o.Limit, "extra": o.Extra}
+		"concurrency": o.Concurrency, "limit": o.Limit, "samples": samples, "extra": o.Extra}
 	if base != nil {
 		rep.CompareTo(base)
 		if suite != "" {
@@ -224,9 +239,12 @@ func runEval(ctx context.Context, c *cli.Command) error {
 		}
 	}
 	rep.PrintTable(c.Root().Writer)
-	if out := c.String("out"); out != "" {
+	if out != "" {
 		if err := rep.WriteJSON(out); err != nil {
 			return err
+		}
+		if err := os.Remove(o.Journal); err != nil {
+			return fmt.Errorf("eval: wrote %s, but %w", out, err)
 		}
 		fmt.Fprintf(log, "eval: wrote %s\n", out)
 	}
