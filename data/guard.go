@@ -8,17 +8,18 @@ import (
 )
 
 // The evaluation-set guard. The model is scored on GPQA-Diamond, MATH-500,
-// LiveCodeBench v6 and MMLU-Pro, and the contract forbids training, tuning
-// or selecting on the validation or test split of any public benchmark.
+// LiveCodeBench v6 and MMLU-Pro, and nothing may be trained, tuned or
+// selected on the validation or test split of any public benchmark.
 // The likeliest way such data gets in is not intent but a glob: a
 // downloaded dataset directory holds test-*.parquet beside train-*.parquet,
 // or a reasoning mix bundles a benchmark. So every source (and the prompts
 // of `dllm data distill`) is checked by name before anything is read, and
 // a match is refused with the reason; there is no switch to turn it off.
 //
-// It is a name check, not a content check: it cannot find benchmark
-// questions copied into an innocently named corpus (docs/recipe.md lists
-// the corpora known to need care).
+// It checks names, and the shape of each file (guard_content.go: the
+// benchmarks' official files by their columns, however they are named); it
+// cannot find benchmark questions copied into an innocently named corpus
+// of another shape (docs/recipe.md lists the corpora known to need care).
 
 // evalBenchmarks are the scored benchmarks, as normalized name fragments
 // (lower case, letters and digits only). Every split of them is refused:
@@ -92,9 +93,14 @@ func EvalSetReason(path string) string {
 }
 
 // CheckNotEvalSet returns an error when path looks like an evaluation set
-// (EvalSetReason); what names it in the message.
+// (EvalSetReason), or is a file with the shape of a scored benchmark's
+// official file (evalContentReason); what names it in the message.
 func CheckNotEvalSet(what, path string) error {
-	if r := EvalSetReason(path); r != "" {
+	r := EvalSetReason(path)
+	if r == "" {
+		r = evalContentReason(path)
+	}
+	if r != "" {
 		return fmt.Errorf("%s %s: refused by the evaluation-set guard: %s. Never train on GPQA, MATH-500, LiveCodeBench, MMLU-Pro or any test/validation split; use training splits only (docs/recipe.md)", what, path, r)
 	}
 	return nil
@@ -144,7 +150,7 @@ func (c *Config) evalGuardErrors() []string {
 				p = rel
 			}
 			if check(p) {
-				break // one named file is enough to fix the source
+				break // one refused file is enough to fix the source
 			}
 		}
 	}
