@@ -47,6 +47,10 @@
 #                        decoding; one request at a time: only for small prompt counts)
 #   --distill-prompts N  prompts to distill in all (default: from the budget; 0: skip)
 #   --eval-tasks FILE    the dev set for dllm eval (default: a dllm data synth held-out set)
+#   --bench-data DIR     score the published benchmarks found in DIR instead (dllm eval
+#                        --suite; docs/eval.md says how to download them): the first
+#                        --eval-items questions of each, normalised against the AR original
+#   --eval-items N       questions per task in the evaluation (10)
 #   --no-serve           stop after the evaluation (the rehearsals too: no serve.sh check)
 #   --port N             serve.sh's port (8000)
 #   --fresh              rehearsals only: delete the work directory first
@@ -76,6 +80,8 @@ LOCAL_TPS=200
 LOCAL_TEACHER=0
 DISTILL_N=
 EVAL_TASKS=
+BENCH_DATA=
+EVAL_ITEMS_GIVEN=
 SERVE=1
 PORT=8000
 DRY=0
@@ -92,6 +98,8 @@ while [ "$#" -gt 0 ]; do
 	--local-teacher) LOCAL_TEACHER=1; shift ;;
 	--distill-prompts) need "$@"; DISTILL_N=$2; shift 2 ;;
 	--eval-tasks) need "$@"; EVAL_TASKS=$2; shift 2 ;;
+	--bench-data) need "$@"; BENCH_DATA=$2; shift 2 ;;
+	--eval-items) need "$@"; EVAL_ITEMS_GIVEN=$2; shift 2 ;;
 	--no-serve) SERVE=0; shift ;;
 	--port) need "$@"; PORT=$2; shift 2 ;;
 	--dry-run) DRY=1; shift ;;
@@ -572,24 +580,36 @@ else
 fi
 
 # --- 7. eval -----------------------------------------------------------------
+[ -z "$EVAL_ITEMS_GIVEN" ] || EVAL_ITEMS=$EVAL_ITEMS_GIVEN
+# The published benchmarks whose files are in --bench-data (docs/eval.md).
+SUITES=
+if [ -n "$BENCH_DATA" ]; then
+	for s in "math-500 math-500/test.jsonl" "gpqa-diamond gpqa/gpqa_diamond.csv" "mmlu-pro mmlu-pro/data/test-00000-of-00001.parquet"; do
+		set -- $s
+		[ -f "$BENCH_DATA/$2" ] && SUITES=${SUITES:+$SUITES,}$1
+	done
+	[ -n "$SUITES" ] || die "--bench-data $BENCH_DATA holds none of the benchmarks' files (docs/eval.md says how to download them)"
+	EVAL_MAX_TOKENS=32768
+fi
 if [ -z "$EVAL_TASKS" ]; then
 	EVAL_TASKS=$([ "$REHEARSAL" = 1 ] && echo "$OUT/synth/heldout.jsonl" || echo "$EVAL/synth/heldout.jsonl")
 fi
 # Two models x 4 tasks x items x about half the cap, at dllm serve's AR rate.
 eval_secs=$(awk -v n="$EVAL_ITEMS" -v m="$EVAL_MAX_TOKENS" -v r="$LOCAL_TPS" 'BEGIN{printf "%.0f", 2 * 4 * n * m / 2 / r}')
-header "quick eval on $EVAL_TASKS (AR original vs diffusion model)" \
+header "quick eval on ${SUITES:-$EVAL_TASKS} (AR original vs diffusion model)" \
 	"$([ "$TINY" = 1 ] && echo "~20 s" || echo "<= $(dur "$eval_secs")$([ "$SHAPE" = 1 ] && echo " plus ~10 s per model to load"): 2 models x 4 tasks x $EVAL_ITEMS items x ~$((EVAL_MAX_TOKENS / 2)) tokens at ~$LOCAL_TPS tok/s")"
 if [ -f "$EVAL/diffusion.json" ]; then
 	skip "$EVAL/diffusion.json" eval
 else
 	[ "$DRY" = 1 ] || mkdir -p "$EVAL"
-	if [ "$REHEARSAL" = 0 ] && [ ! -f "$EVAL_TASKS" ]; then
+	if [ "$REHEARSAL" = 0 ] && [ -z "$SUITES" ] && [ ! -f "$EVAL_TASKS" ]; then
 		# Exact-answer reasoning tasks generated here: a dev set that is no
 		# benchmark's split (docs/proxy.md).
 		run "$BIN" data synth --out "$EVAL/synth" --tasks v1 --train 0 --heldout "$EVAL_ITEMS" --seed 11
 	fi
 	eport=$(free_port 18620)
 	eval_args=(--tasks "$EVAL_TASKS" --concurrency 1 --max-tokens "$EVAL_MAX_TOKENS" --temperature 0 --limit "$EVAL_ITEMS")
+	[ -z "$SUITES" ] || eval_args=(--suite "$SUITES" --data "$BENCH_DATA" --concurrency 1 --max-tokens "$EVAL_MAX_TOKENS" --temperature 0 --limit "$EVAL_ITEMS")
 	if [ ! -f "$EVAL/ar.json" ]; then
 		start_server ar "$AR" "$eport"
 		run "$BIN" eval --server "http://127.0.0.1:$eport" "${eval_args[@]}" --out "$EVAL/ar.json.tmp"
