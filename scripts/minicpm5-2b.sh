@@ -51,6 +51,8 @@
 #                        --suite; docs/eval.md says how to download them): the first
 #                        --eval-items questions of each, normalised against the AR original
 #   --eval-items N       questions per task in the evaluation (10)
+#   --gate SCORE         after each training stage, score its checkpoint as stage 7 does
+#                        and stop the run when its mean normalised score is below SCORE
 #   --no-serve           stop after the evaluation (the rehearsals too: no serve.sh check)
 #   --port N             serve.sh's port (8000)
 #   --fresh              rehearsals only: delete the work directory first
@@ -82,6 +84,7 @@ DISTILL_N=
 EVAL_TASKS=
 BENCH_DATA=
 EVAL_ITEMS_GIVEN=
+GATE=
 SERVE=1
 PORT=8000
 DRY=0
@@ -100,6 +103,7 @@ while [ "$#" -gt 0 ]; do
 	--eval-tasks) need "$@"; EVAL_TASKS=$2; shift 2 ;;
 	--bench-data) need "$@"; BENCH_DATA=$2; shift 2 ;;
 	--eval-items) need "$@"; EVAL_ITEMS_GIVEN=$2; shift 2 ;;
+	--gate) need "$@"; GATE=$2; shift 2 ;;
 	--no-serve) SERVE=0; shift ;;
 	--port) need "$@"; PORT=$2; shift 2 ;;
 	--dry-run) DRY=1; shift ;;
@@ -488,6 +492,62 @@ else
 	finish prepare
 fi
 
+# --- the evaluation (stage 7, and --gate after stages 4 and 5) ---------------
+[ -z "$EVAL_ITEMS_GIVEN" ] || EVAL_ITEMS=$EVAL_ITEMS_GIVEN
+# The published benchmarks whose files are in --bench-data (docs/eval.md).
+SUITES=
+if [ -n "$BENCH_DATA" ]; then
+	for s in "math-500 math-500/test.jsonl" "gpqa-diamond gpqa/gpqa_diamond.csv" "mmlu-pro mmlu-pro/data/test-00000-of-00001.parquet"; do
+		set -- $s
+		[ -f "$BENCH_DATA/$2" ] && SUITES=${SUITES:+$SUITES,}$1
+	done
+	[ -n "$SUITES" ] || die "--bench-data $BENCH_DATA holds none of the benchmarks' files (docs/eval.md says how to download them)"
+	EVAL_MAX_TOKENS=32768
+fi
+if [ -z "$EVAL_TASKS" ]; then
+	EVAL_TASKS=$([ "$REHEARSAL" = 1 ] && echo "$OUT/synth/heldout.jsonl" || echo "$EVAL/synth/heldout.jsonl")
+fi
+# Two models x 4 tasks x items x about half the cap, at dllm serve's AR rate.
+eval_secs=$(awk -v n="$EVAL_ITEMS" -v m="$EVAL_MAX_TOKENS" -v r="$LOCAL_TPS" 'BEGIN{printf "%.0f", 2 * 4 * n * m / 2 / r}')
+eval_args=(--tasks "$EVAL_TASKS" --concurrency 1 --max-tokens "$EVAL_MAX_TOKENS" --temperature 0 --limit "$EVAL_ITEMS")
+[ -z "$SUITES" ] || eval_args=(--suite "$SUITES" --data "$BENCH_DATA" --concurrency 1 --max-tokens "$EVAL_MAX_TOKENS" --temperature 0 --limit "$EVAL_ITEMS")
+# eval_model NAME MODEL OUT: the AR original scored first (once, $EVAL/ar.json),
+# then MODEL, normalised against it, into OUT.
+eval_model() {
+	[ "$DRY" = 1 ] || mkdir -p "$EVAL"
+	if [ "$REHEARSAL" = 0 ] && [ -z "$SUITES" ] && [ ! -f "$EVAL_TASKS" ]; then
+		# Exact-answer reasoning tasks generated here: a dev set that is no
+		# benchmark's split (docs/proxy.md).
+		run "$BIN" data synth --out "$EVAL/synth" --tasks v1 --train 0 --heldout "$EVAL_ITEMS" --seed 11
+	fi
+	local eport
+	eport=$(free_port 18620)
+	if [ ! -f "$EVAL/ar.json" ]; then
+		start_server ar "$AR" "$eport"
+		run "$BIN" eval --server "http://127.0.0.1:$eport" "${eval_args[@]}" --out "$EVAL/ar.json.tmp"
+		[ "$DRY" = 1 ] || mv "$EVAL/ar.json.tmp" "$EVAL/ar.json"
+		stop_server
+	fi
+	start_server "$1" "$2" "$eport"
+	run "$BIN" eval --server "http://127.0.0.1:$eport" "${eval_args[@]}" --baseline "$EVAL/ar.json" --out "$3.tmp"
+	[ "$DRY" = 1 ] || mv "$3.tmp" "$3"
+	stop_server
+}
+# gate STAGE MODEL: with --gate, score the stage's checkpoint and stop the
+# run when its mean normalised score is below the gate.
+gate() {
+	[ -n "$GATE" ] || return 0
+	local out=$EVAL/gate-$1.json mean
+	say "   --gate $GATE: scoring $2"
+	[ -f "$out" ] || eval_model "gate-$1" "$2" "$out"
+	[ "$DRY" = 1 ] && return
+	mean=$(python3 -c 'import json,sys; m=json.load(open(sys.argv[1])).get("mean_normalized"); print("" if m is None else m)' "$out" 2>/dev/null || true)
+	[ -n "$mean" ] || die "--gate $GATE: $out has no normalised score (the AR original scores at chance on these items)"
+	awk -v m="$mean" -v g="$GATE" 'BEGIN{exit !(m >= g)}' ||
+		die "--gate $GATE: $1's checkpoint scores $mean normalised, below the gate: stopped (results: $out)"
+	say "   --gate $GATE: $1's checkpoint scores $mean normalised: going on"
+}
+
 # --- 4, 5. train -------------------------------------------------------------
 train_args() { # stage -> the dllm train arguments
 	if [ "$1" = 1 ]; then
@@ -551,6 +611,7 @@ else
 	[ "$DRY" = 1 ] || [ -f "$EXPORT1/dllm.json" ] || die "stage 1 ended without $EXPORT1"
 	finish train1
 fi
+gate train1 "$EXPORT1"
 prune "$RUN1/checkpoints" "stage 2 starts from the export"
 
 header "train stage 2: chat/reasoning SFT with <think> traces, blocks of $BLOCK" \
@@ -568,6 +629,7 @@ else
 	[ "$DRY" = 1 ] || [ -f "$EXPORT2/dllm.json" ] || die "stage 2 ended without $EXPORT2"
 	finish train2
 fi
+gate train2 "$EXPORT2"
 prune "$EXPORT1/model.safetensors" "stage 2 is done"
 
 # --- 6. export ---------------------------------------------------------------
@@ -580,46 +642,12 @@ else
 fi
 
 # --- 7. eval -----------------------------------------------------------------
-[ -z "$EVAL_ITEMS_GIVEN" ] || EVAL_ITEMS=$EVAL_ITEMS_GIVEN
-# The published benchmarks whose files are in --bench-data (docs/eval.md).
-SUITES=
-if [ -n "$BENCH_DATA" ]; then
-	for s in "math-500 math-500/test.jsonl" "gpqa-diamond gpqa/gpqa_diamond.csv" "mmlu-pro mmlu-pro/data/test-00000-of-00001.parquet"; do
-		set -- $s
-		[ -f "$BENCH_DATA/$2" ] && SUITES=${SUITES:+$SUITES,}$1
-	done
-	[ -n "$SUITES" ] || die "--bench-data $BENCH_DATA holds none of the benchmarks' files (docs/eval.md says how to download them)"
-	EVAL_MAX_TOKENS=32768
-fi
-if [ -z "$EVAL_TASKS" ]; then
-	EVAL_TASKS=$([ "$REHEARSAL" = 1 ] && echo "$OUT/synth/heldout.jsonl" || echo "$EVAL/synth/heldout.jsonl")
-fi
-# Two models x 4 tasks x items x about half the cap, at dllm serve's AR rate.
-eval_secs=$(awk -v n="$EVAL_ITEMS" -v m="$EVAL_MAX_TOKENS" -v r="$LOCAL_TPS" 'BEGIN{printf "%.0f", 2 * 4 * n * m / 2 / r}')
 header "quick eval on ${SUITES:-$EVAL_TASKS} (AR original vs diffusion model)" \
 	"$([ "$TINY" = 1 ] && echo "~20 s" || echo "<= $(dur "$eval_secs")$([ "$SHAPE" = 1 ] && echo " plus ~10 s per model to load"): 2 models x 4 tasks x $EVAL_ITEMS items x ~$((EVAL_MAX_TOKENS / 2)) tokens at ~$LOCAL_TPS tok/s")"
 if [ -f "$EVAL/diffusion.json" ]; then
 	skip "$EVAL/diffusion.json" eval
 else
-	[ "$DRY" = 1 ] || mkdir -p "$EVAL"
-	if [ "$REHEARSAL" = 0 ] && [ -z "$SUITES" ] && [ ! -f "$EVAL_TASKS" ]; then
-		# Exact-answer reasoning tasks generated here: a dev set that is no
-		# benchmark's split (docs/proxy.md).
-		run "$BIN" data synth --out "$EVAL/synth" --tasks v1 --train 0 --heldout "$EVAL_ITEMS" --seed 11
-	fi
-	eport=$(free_port 18620)
-	eval_args=(--tasks "$EVAL_TASKS" --concurrency 1 --max-tokens "$EVAL_MAX_TOKENS" --temperature 0 --limit "$EVAL_ITEMS")
-	[ -z "$SUITES" ] || eval_args=(--suite "$SUITES" --data "$BENCH_DATA" --concurrency 1 --max-tokens "$EVAL_MAX_TOKENS" --temperature 0 --limit "$EVAL_ITEMS")
-	if [ ! -f "$EVAL/ar.json" ]; then
-		start_server ar "$AR" "$eport"
-		run "$BIN" eval --server "http://127.0.0.1:$eport" "${eval_args[@]}" --out "$EVAL/ar.json.tmp"
-		[ "$DRY" = 1 ] || mv "$EVAL/ar.json.tmp" "$EVAL/ar.json"
-		stop_server
-	fi
-	start_server diffusion "$FINAL" "$eport"
-	run "$BIN" eval --server "http://127.0.0.1:$eport" "${eval_args[@]}" --baseline "$EVAL/ar.json" --out "$EVAL/diffusion.json.tmp"
-	[ "$DRY" = 1 ] || mv "$EVAL/diffusion.json.tmp" "$EVAL/diffusion.json"
-	stop_server
+	eval_model diffusion "$FINAL" "$EVAL/diffusion.json"
 	finish eval
 fi
 
