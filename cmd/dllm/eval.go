@@ -19,8 +19,8 @@ import (
 func evalCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "eval",
-		Usage:     "score an OpenAI-compatible server on questions with exact answers (e.g. dllm data synth's held-out split)",
-		UsageText: "dllm eval --server URL --tasks FILE.jsonl [--concurrency 4] [--max-tokens N] [--out results.json] [options]",
+		Usage:     "score an OpenAI-compatible server on questions with exact answers: an eval file or the published benchmarks",
+		UsageText: "dllm eval --server URL (--tasks FILE.jsonl | --suite math-500,gpqa-diamond,mmlu-pro [--data DIR]) [--out results.json] [options]",
 		Description: `Sends every item of FILE.jsonl ({"id","task","messages","answer","choices"?,
 "format"?} per line, as 'dllm data synth' writes heldout.jsonl) to POST
 /v1/chat/completions, reads the final answer from the reply ("Answer: X"
@@ -33,6 +33,12 @@ accuracy, chance (from tasks.json beside the file, else 1/len(choices) or
 reports usage.dllm (dllm serve does). --out writes everything, per item
 too, as JSON; --baseline adds the normalised score
 100*(accuracy-chance)/(baseline accuracy-chance) against an earlier --out.
+
+--suite reads the published benchmarks from their official files under
+--data instead, with the reference harnesses' prompts, and normalises each
+against the AR MiniCPM5-2B's score (or --baseline), clamped to 0..100.
+With --out, answers are journaled to OUT.partial.jsonl as they come and
+the same command resumes a stopped run.
 
 Works against any OpenAI-compatible server (dllm serve, vLLM, SGLang).
 429 and 503 answers and dropped connections are retried with backoff.`,
