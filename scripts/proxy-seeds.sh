@@ -81,7 +81,7 @@ job() {
 	while [ "${#JOBNAME[@]}" -ge "$JOBS" ]; do
 		reap
 	done
-	setsid env "$@" PORT=$((PORT0 + 2 * njob)) scripts/proxy.sh >>"$BASE/$name.log" 2>&1 &
+	setsid env "$@" PORT=$((PORT0 + 2 * njob)) scripts/proxy.sh </dev/null >>"$BASE/$name.log" 2>&1 &
 	JOBNAME[$!]=$name
 	njob=$((njob + 1))
 }
@@ -111,7 +111,25 @@ jobs_wait() {
 		reap
 	done
 }
-run_name() { echo "diffusion$RK-b$1-d$2"; } # budget, diffusion seed
+# runs prints a line "TEACHER_SEED BUDGET DIFFUSION_SEED RUN" per diffusion
+# model (RUN: its directory under the teacher's), and with "modes" one per
+# model and sampler mode, MODE and its JSON appended.
+runs() {
+	local s b d m
+	for s in $SEEDS; do
+		for b in $BUDGETS; do
+			for d in $DIFF_SEEDS; do
+				if [ "${1:-}" = modes ]; then
+					for m in $MODES; do
+						echo "$s $b $d diffusion$RK-b$b-d$d $(mode_name "$m") $(mode_json "$m")"
+					done
+				else
+					echo "$s $b $d diffusion$RK-b$b-d$d"
+				fi
+			done
+		done
+	done
+}
 stage_time() { say "$1: $(($(date +%s) - $2)) s"; }
 
 # 1. Teachers, scored on both splits (they are not tuned on either).
@@ -135,16 +153,11 @@ mkdir -p "$RES"
 # 2. Diffusion models.
 if has diffusion; then
 	t=$(date +%s)
-	for s in $SEEDS; do
-		for b in $BUDGETS; do
-			for d in $DIFF_SEEDS; do
-				r=$(run_name "$b" "$d")
-				say "teacher seed $s: $r ($((STEPS20 * b / 20)) steps)"
-				job "t$s-$r" KEEP=1 PROXY_OUT="$BASE/t$s" DIFF_RUN="$r" EVAL_ON=none \
-					DIFF_SET="seed=$d steps=$((STEPS20 * b / 20)) ${DIFF_SET:-}"
-			done
-		done
-	done
+	while read -r s b d r; do
+		say "teacher seed $s: $r ($((STEPS20 * b / 20)) steps)"
+		job "t$s-$r" KEEP=1 PROXY_OUT="$BASE/t$s" DIFF_RUN="$r" EVAL_ON=none \
+			DIFF_SET="seed=$d steps=$((STEPS20 * b / 20)) ${DIFF_SET:-}"
+	done < <(runs)
 	jobs_wait
 	stage_time diffusion "$t"
 fi
@@ -152,33 +165,17 @@ fi
 # 3. Dev scores at every threshold.
 if has dev; then
 	t=$(date +%s)
-	for s in $SEEDS; do
-		for b in $BUDGETS; do
-			for d in $DIFF_SEEDS; do
-				r=$(run_name "$b" "$d")
-				for m in $MODES; do
-					job "t$s-$r" KEEP=2 PROXY_OUT="$BASE/t$s" DIFF_RUN="$r" EVAL_ON=dev THRESHOLD="$THRESHOLDS" \
-						TAG="$(mode_name "$m")" EVAL_EXTRA="$(mode_json "$m")"
-				done
-			done
-		done
-	done
+	while read -r s b d r m json; do
+		job "t$s-$r" KEEP=2 PROXY_OUT="$BASE/t$s" DIFF_RUN="$r" EVAL_ON=dev THRESHOLD="$THRESHOLDS" TAG="$m" EVAL_EXTRA="$json"
+	done < <(runs modes)
 	jobs_wait
-	for s in $SEEDS; do
-		for b in $BUDGETS; do
-			for d in $DIFF_SEEDS; do
-				r=$(run_name "$b" "$d")
-				for m in $MODES; do
-					m=$(mode_name "$m")
-					for th in $THRESHOLDS; do
-						src=$BASE/t$s/$r-dev-$th-$m.json
-						[ "$(wc -w <<<"$THRESHOLDS")" = 1 ] && src=$BASE/t$s/$r-dev-$m.json
-						cp "$src" "$RES/dev-b$b$RK-$m-$th-t$s-d$d.json"
-					done
-				done
-			done
+	while read -r s b d r m _; do
+		for th in $THRESHOLDS; do
+			src=$BASE/t$s/$r-dev-$th-$m.json
+			[ "$(wc -w <<<"$THRESHOLDS")" = 1 ] && src=$BASE/t$s/$r-dev-$m.json
+			cp "$src" "$RES/dev-b$b$RK-$m-$th-t$s-d$d.json"
 		done
-	done
+	done < <(runs modes)
 	stage_time dev "$t"
 fi
 
@@ -219,30 +216,14 @@ if has heldout; then
 			echo "chosen on dev: threshold $best (the best mean score with TPF >= $MIN_TPF)" | tee -a "$BASE/summary.txt"
 		done
 	done
-	for s in $SEEDS; do
-		for b in $BUDGETS; do
-			for d in $DIFF_SEEDS; do
-				r=$(run_name "$b" "$d")
-				for m in $MODES; do
-					[ -n "${CHOSEN[$b-$(mode_name "$m")]:-}" ] || continue
-					job "t$s-$r" KEEP=2 PROXY_OUT="$BASE/t$s" DIFF_RUN="$r" EVAL_ON=heldout THRESHOLD="${CHOSEN[$b-$(mode_name "$m")]}" \
-						TAG="$(mode_name "$m")" EVAL_EXTRA="$(mode_json "$m")"
-				done
-			done
-		done
-	done
+	while read -r s b d r m json; do
+		[ -n "${CHOSEN[$b-$m]:-}" ] || continue
+		job "t$s-$r" KEEP=2 PROXY_OUT="$BASE/t$s" DIFF_RUN="$r" EVAL_ON=heldout THRESHOLD="${CHOSEN[$b-$m]}" TAG="$m" EVAL_EXTRA="$json"
+	done < <(runs modes)
 	jobs_wait
-	for s in $SEEDS; do
-		for b in $BUDGETS; do
-			for d in $DIFF_SEEDS; do
-				for m in $MODES; do
-					m=$(mode_name "$m")
-					[ -n "${CHOSEN[$b-$m]:-}" ] || continue
-					cp "$BASE/t$s/$(run_name "$b" "$d")-heldout-$m.json" "$RES/heldout-b$b$RK-$m-t$s-d$d.json"
-				done
-			done
-		done
-	done
+	while read -r s b d r m _; do
+		[ -z "${CHOSEN[$b-$m]:-}" ] || cp "$BASE/t$s/$r-heldout-$m.json" "$RES/heldout-b$b$RK-$m-t$s-d$d.json"
+	done < <(runs modes)
 	{
 		echo
 		echo "teachers (AR decoding) on the held-out split:"
