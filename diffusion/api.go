@@ -71,6 +71,16 @@ type Options struct {
 	Verify bool
 }
 
+// DropDefaultVerify turns off a Verify that came from dllm.json's defaults
+// (Sampler.Defaults) when the options sample or commit a fixed count,
+// which verify decoding cannot run with: dllm.json's verify is for greedy
+// decoding. Callers apply it where the caller did not ask for Verify.
+func (o *Options) DropDefaultVerify() {
+	if o.Temperature >= minTemperature || o.FixedCommit > 0 {
+		o.Verify = false
+	}
+}
+
 // Block is one committed block handed to the caller as soon as it is final:
 // the tokens it adds to the output (after stop handling) in order. The last
 // block may be empty when it starts with a stop token.

@@ -74,9 +74,8 @@ func (f *samplingFields) options(m *Model, promptLen, defaultMax int) (diffusion
 	}
 	if v := f.Verify; v != nil {
 		o.Verify = *v
-	} else if o.Temperature > 0 || o.FixedCommit > 0 {
-		// A default of dllm.json's: it applies to greedy requests only.
-		o.Verify = false
+	} else {
+		o.DropDefaultVerify()
 	}
 	if o.Verify && o.Temperature > 0 {
 		return o, nil, badRequest("verify", fmt.Sprintf("verify decoding is greedy: temperature must be 0, got %v", o.Temperature))

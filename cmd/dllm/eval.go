@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"os/signal"
 	"strings"
@@ -236,8 +237,8 @@ func runEval(ctx context.Context, c *cli.Command) error {
 		return err
 	}
 	rep.Server, rep.Model, rep.File = c.String("server"), o.Model, path
-	rep.Settings = map[string]any{"max_tokens": o.MaxTokens, "temperature": temp, "enable_thinking": think,
-		"concurrency": o.Concurrency, "limit": o.Limit, "samples": samples, "extra": o.Extra}
+	rep.Settings = maps.Clone(o.Settings)
+	rep.Settings["concurrency"] = o.Concurrency
 	if base != nil {
 		rep.CompareTo(base)
 		if suite != "" {

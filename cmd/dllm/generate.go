@@ -210,8 +210,8 @@ func generateOptions(c *cli.Command, o diffusion.Options) diffusion.Options {
 	}
 	if c.IsSet("verify") {
 		o.Verify = c.Bool("verify")
-	} else if o.Temperature > 0 {
-		o.Verify = false // dllm.json's verify is for greedy decoding
+	} else {
+		o.DropDefaultVerify()
 	}
 	o.Seed = c.Uint64("seed")
 	return o
