@@ -65,7 +65,7 @@ generate:
 	cd torch && $(GO) run ./internal/genloader
 
 # deps installs libtorch (CPU), Gloo's headers and OpenBLAS from apt when they are missing,
-# and node/npm for the serve end-to-end test.
+# node/npm for the serve end-to-end test, and python3 for dllm eval's code sandbox tests.
 deps:
 	@# libgloo-dev: the headers of libtorch's Gloo process group (CPU data-parallel tests).
 	@if [ ! -e /usr/include/torch/csrc/api/include/torch/torch.h ] || ! ldconfig -p | grep -q libopenblas \
@@ -81,6 +81,13 @@ deps:
 		SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends \
 			nodejs npm >/dev/null; \
+	fi
+	@# python3 runs the programs of dllm eval's LiveCodeBench sandbox (eval/sandbox_test.go).
+	@if ! command -v python3 >/dev/null 2>&1; then \
+		echo "installing python3 with apt-get"; \
+		SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends \
+			python3 >/dev/null; \
 	fi
 
 test: deps shim

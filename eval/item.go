@@ -33,10 +33,13 @@ type Item struct {
 	// Format, when set, says how the answer is read and scored: "list"
 	// (integers separated by commas, compared in order), "program" (a
 	// Python function in a fenced code block, run against the one in
-	// Answer with RunFunction) or "math" (the last \boxed{} of the reply,
-	// compared with MathEqual). Empty: a letter with Choices, else a
-	// number or text.
+	// Answer with RunFunction), "math" (the last \boxed{} of the reply,
+	// compared with MathEqual) or "tests" (a Python program in the last
+	// fenced block, run against Tests in the Sandbox; Answer is only
+	// shown). Empty: a letter with Choices, else a number or text.
 	Format string `json:"format,omitempty"`
+	// Tests are what a "tests" item's program must pass.
+	Tests *CodeTests `json:"tests,omitempty"`
 	// Repeat numbers the samples of one question (Repeat): 0 for the first.
 	Repeat int `json:"repeat,omitempty"`
 }
@@ -68,6 +71,7 @@ const (
 	FormatList    = "list"
 	FormatProgram = "program"
 	FormatMath    = "math"
+	FormatTests   = "tests"
 )
 
 // TaskInfo is what a tasks.json beside the eval file says about a task
@@ -139,12 +143,16 @@ func (it *Item) check() error {
 	}
 	switch it.Format {
 	case "", FormatList, FormatMath:
+	case FormatTests:
+		if it.Tests == nil || len(it.Tests.Cases) == 0 {
+			return fmt.Errorf("item %s: format %q without tests", it.ID, it.Format)
+		}
 	case FormatProgram:
 		if _, err := RunFunction(it.Answer, 1); err != nil {
 			return fmt.Errorf("item %s: the reference program does not run: %w", it.ID, err)
 		}
 	default:
-		return fmt.Errorf("item %s: format %q: want %s, %s, %s or none", it.ID, it.Format, FormatList, FormatProgram, FormatMath)
+		return fmt.Errorf("item %s: format %q: want %s, %s, %s, %s or none", it.ID, it.Format, FormatList, FormatProgram, FormatMath, FormatTests)
 	}
 	if len(it.Choices) > 0 {
 		if l, ok := letterOf(it.Answer); !ok || int(l-'A') >= len(it.Choices) {

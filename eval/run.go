@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -49,6 +50,9 @@ type Options struct {
 	// Terminal redraws the progress line in place instead of printing a
 	// line at every tenth of the run.
 	Terminal bool
+	// Sandbox runs the programs of "tests" items (LiveCodeBench); a run
+	// with such items needs one.
+	Sandbox *Sandbox
 }
 
 // ItemResult is the outcome of one item.
@@ -67,7 +71,9 @@ type ItemResult struct {
 	Checked   int     `json:"checked,omitempty"`
 	Accepted  int     `json:"accepted,omitempty"`
 	Seconds   float64 `json:"seconds"`
-	Error     string  `json:"error,omitempty"`
+	// Verdict is a program's outcome on its tests ("tests" items).
+	Verdict string `json:"verdict,omitempty"`
+	Error   string `json:"error,omitempty"`
 }
 
 // Limit keeps the first n questions of every task, with their samples
@@ -102,6 +108,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if o.Client == nil {
 		return nil, errors.New("eval: no client")
 	}
+	if err := checkSandbox(ctx, o.Sandbox, items); err != nil {
+		return nil, err
+	}
 	conc := max(o.Concurrency, 1)
 	start := time.Now()
 	ctx, cancel := context.WithCancelCause(ctx)
@@ -127,7 +136,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				r := ask(ctx, &o, &items[i])
+				r, err := ask(ctx, &o, &items[i])
+				if err != nil {
+					cancel(err)
+					continue
+				}
 				results[i] = r
 				if j != nil {
 					if err := j.add(r); err != nil {
@@ -167,8 +180,29 @@ func isUnreachable(msg string) bool {
 	return strings.Contains(msg, "cannot reach") || strings.Contains(msg, "connection refused")
 }
 
-// ask sends one item and scores the reply.
-func ask(ctx context.Context, o *Options, it *Item) ItemResult {
+// checkSandbox makes sure, before any question is asked, that a run with
+// programs to test has a sandbox that works on this machine.
+func checkSandbox(ctx context.Context, s *Sandbox, items []Item) error {
+	i := slices.IndexFunc(items, func(it Item) bool { return it.Format == FormatTests })
+	if i < 0 {
+		return nil
+	}
+	if s == nil {
+		return fmt.Errorf("eval: item %s has programs to test and the run has no sandbox", items[i].ID)
+	}
+	v, err := s.Check(ctx, "print(input())", &CodeTests{Cases: []TestCase{{Input: "ok\n", Output: "ok"}}})
+	if err == nil && v.Status != "pass" {
+		err = fmt.Errorf("%w: a program that echoes its input got %s", ErrSandbox, v)
+	}
+	if err != nil {
+		return fmt.Errorf("eval: %w", err)
+	}
+	return nil
+}
+
+// ask sends one item and scores the reply. The error is for a failure
+// that must stop the run (the sandbox failing), not a wrong answer.
+func ask(ctx context.Context, o *Options, it *Item) (ItemResult, error) {
 	r := ItemResult{ID: it.ID, Task: it.Task, Answer: it.Answer}
 	seed := o.Seed
 	if seed != nil && it.Repeat > 0 {
@@ -184,7 +218,7 @@ func ask(ctx context.Context, o *Options, it *Item) ItemResult {
 	r.Seconds = time.Since(t0).Seconds()
 	if err != nil {
 		r.Error = err.Error()
-		return r
+		return r, nil
 	}
 	ch := resp.Choices[0]
 	r.Content, r.Finish = ch.Message.Content, ch.FinishReason
@@ -199,8 +233,16 @@ func ask(ctx context.Context, o *Options, it *Item) ItemResult {
 		}
 	}
 	r.Got, r.Extracted = ExtractFor(it, r.Content, r.Reasoning)
+	if it.Format == FormatTests && r.Extracted {
+		v, err := o.Sandbox.Check(ctx, r.Got, it.Tests)
+		if err != nil {
+			return r, fmt.Errorf("eval: %s: %w", it.ID, err)
+		}
+		r.Correct, r.Verdict = v.Status == "pass", v.String()
+		return r, nil
+	}
 	r.Correct = r.Extracted && Correct(it, r.Got)
-	return r
+	return r, nil
 }
 
 // progress prints "eval: 37/200 (18%), accuracy so far 0.432, 3.1/s, eta 52s".

@@ -47,6 +47,8 @@ func ExtractFor(it *Item, content, reasoning string) (string, bool) {
 	switch it.Format {
 	case FormatProgram:
 		return extractProgram(content)
+	case FormatTests:
+		return extractLCBCode(content)
 	case FormatMath:
 		if a, ok := ExtractBoxed(content); ok {
 			return a, true
@@ -61,7 +63,8 @@ func ExtractFor(it *Item, content, reasoning string) (string, bool) {
 // Correct says whether got (an extracted answer) matches the item: by
 // letter for multiple choice, as a list of numbers or by running a program
 // when the item's format says so, as a number when the expected answer is
-// one, else as trimmed text.
+// one, else as trimmed text. A "tests" item needs its Sandbox (Run asks
+// it); here it is never correct.
 func Correct(it *Item, got string) bool {
 	switch it.Format {
 	case FormatList:
@@ -70,6 +73,8 @@ func Correct(it *Item, got string) bool {
 		return sameFunction(got, it.Answer)
 	case FormatMath:
 		return MathEqual(got, it.Answer)
+	case FormatTests:
+		return false
 	}
 	if len(it.Choices) > 0 {
 		g, ok1 := letterOf(got)

@@ -36,8 +36,19 @@ type Suite struct {
 	// Zero and Full are the accuracies normalised to 0 and 100: chance,
 	// and the AR MiniCPM5-2B's published score.
 	Zero, Full float64
-	// load reads the file into samples copies of every item (see Repeat).
-	load func(path string, samples int) ([]Item, error)
+	// load reads the file (a directory for lcb-v6) into o.Samples copies
+	// of every item (see Repeat).
+	load func(path string, o SuiteOptions) ([]Item, error)
+}
+
+// SuiteOptions say how LoadSuites reads the suites.
+type SuiteOptions struct {
+	// Samples is the number of samples of every question, for pass@1
+	// averaged over them (at least 1).
+	Samples int
+	// LCBWindow keeps lcb-v6's problems of these contest dates (zero:
+	// LCBv6).
+	LCBWindow Window
 }
 
 // mathPrompt is Qwen2.5-Math's chain-of-thought instruction, which MATH-500
@@ -54,13 +65,15 @@ var Suites = map[string]Suite{
 	"math-500":     {Name: "math-500", Task: "math_500", File: "math-500/test.jsonl", Zero: 0, Full: 0.98, load: loadMATH500},
 	"gpqa-diamond": {Name: "gpqa-diamond", Task: "gpqa_diamond", File: "gpqa/gpqa_diamond.csv", Zero: 0.25, Full: 0.6717, load: loadGPQA},
 	"mmlu-pro":     {Name: "mmlu-pro", Task: "mmlu_pro", File: "mmlu-pro/data/test-00000-of-00001.parquet", Zero: 0.1111, Full: 0.6914, load: loadMMLUPro},
+	"lcb-v6":       {Name: "lcb-v6", Task: "livecodebench_v6", File: "livecodebench", Zero: 0, Full: 0.6483, load: loadLCB},
 }
 
 // LoadSuites reads the named suites' files under dir, each item repeated
-// samples times (pass@1 averaged over the samples; at least 1): their
-// items, each task's chance, and a baseline report holding the AR
-// original's scores (Report.CompareTo normalises against it).
-func LoadSuites(names []string, dir string, samples int) (items []Item, chance map[string]float64, base *Report, err error) {
+// o.Samples times (pass@1 averaged over the samples): their items, each
+// task's chance, and a baseline report holding the AR original's scores
+// (Report.CompareTo normalises against it).
+func LoadSuites(names []string, dir string, o SuiteOptions) (items []Item, chance map[string]float64, base *Report, err error) {
+	o.Samples = max(o.Samples, 1)
 	chance = map[string]float64{}
 	base = &Report{}
 	for _, name := range names {
@@ -69,7 +82,7 @@ func LoadSuites(names []string, dir string, samples int) (items []Item, chance m
 			return nil, nil, nil, fmt.Errorf("eval: unknown suite %q (want one of %s)", name, suiteNames())
 		}
 		path := filepath.Join(dir, s.File)
-		got, err := s.load(path, max(samples, 1))
+		got, err := s.load(path, o)
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, nil, nil, fmt.Errorf("eval: suite %s: no %s (docs/eval.md says how to download it)", name, path)
 		}
@@ -98,7 +111,7 @@ func suiteNames() string {
 // loadMATH500 reads HuggingFaceH4/MATH-500's test.jsonl: one JSON object a
 // line with problem, answer and unique_id (and solution, subject, level,
 // which scoring does not use).
-func loadMATH500(path string, samples int) ([]Item, error) {
+func loadMATH500(path string, o SuiteOptions) ([]Item, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -130,7 +143,7 @@ func loadMATH500(path string, samples int) ([]Item, error) {
 		items = append(items, Item{ID: id, Task: "math_500", Format: FormatMath, Answer: row.Answer,
 			Messages: []Message{{Role: "user", Content: row.Problem + "\n" + mathPrompt}}})
 	}
-	return Repeat(items, samples, nil), sc.Err()
+	return Repeat(items, o.Samples, nil), sc.Err()
 }
 
 // loadGPQA reads Idavidrein/gpqa's gpqa_diamond.csv: a header row, then
@@ -138,7 +151,7 @@ func loadMATH500(path string, samples int) ([]Item, error) {
 // (among many other columns). The four options are shuffled by a seed
 // drawn from the question's Record ID (else its row) and the sample's
 // number, so every run and every server sees the same orders.
-func loadGPQA(path string, samples int) ([]Item, error) {
+func loadGPQA(path string, o SuiteOptions) ([]Item, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -185,7 +198,7 @@ func loadGPQA(path string, samples int) ([]Item, error) {
 			id = fmt.Sprintf("gpqa_diamond-%d", row)
 		}
 		it := Item{ID: id, Task: "gpqa_diamond"}
-		items = append(items, Repeat([]Item{it}, samples, func(it Item, k int) Item {
+		items = append(items, Repeat([]Item{it}, o.Samples, func(it Item, k int) Item {
 			key := id
 			if k > 0 {
 				key = fmt.Sprintf("%s#%d", id, k)
@@ -209,7 +222,7 @@ func loadGPQA(path string, samples int) ([]Item, error) {
 // its question_id, question, options (a list of up to ten) and answer (a
 // letter). Options "N/A", which pad some lists, are dropped as MMLU-Pro's
 // own evaluate_from_local.py drops them.
-func loadMMLUPro(path string, samples int) ([]Item, error) {
+func loadMMLUPro(path string, o SuiteOptions) ([]Item, error) {
 	if _, err := os.Stat(path); err != nil {
 		return nil, err
 	}
@@ -246,7 +259,7 @@ func loadMMLUPro(path string, samples int) ([]Item, error) {
 		}
 		items = append(items, got...)
 	}
-	return Repeat(items, samples, nil), tr.Err()
+	return Repeat(items, o.Samples, nil), tr.Err()
 }
 
 // stringValues is a String or LargeString column.

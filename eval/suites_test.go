@@ -21,7 +21,7 @@ import (
 // not benchmark items): MATH-500's JSONL, GPQA's CSV with quoted commas,
 // newlines and extra columns.
 func TestLoadSuites(t *testing.T) {
-	items, chance, base, err := LoadSuites([]string{"math-500", "gpqa-diamond"}, "testdata/suites", 1)
+	items, chance, base, err := LoadSuites([]string{"math-500", "gpqa-diamond"}, "testdata/suites", SuiteOptions{Samples: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func TestLoadSuites(t *testing.T) {
 		t.Errorf("quoted CSV fields: %+v", items[5])
 	}
 	// The same file gives the same option order.
-	again, _, _, _ := LoadSuites([]string{"gpqa-diamond"}, "testdata/suites", 1)
+	again, _, _, _ := LoadSuites([]string{"gpqa-diamond"}, "testdata/suites", SuiteOptions{Samples: 1})
 	for i, it := range again {
 		if !slices.Equal(it.Choices, orders[i]) {
 			t.Errorf("%s: order %v, then %v", it.ID, orders[i], it.Choices)
@@ -71,7 +71,7 @@ func TestLoadSuitesErrors(t *testing.T) {
 		{[]string{"math-500"}, t.TempDir(), "docs/eval.md says how to download it"},
 		{[]string{"math-500", "gpqa-diamond"}, "testdata", "no testdata/math-500/test.jsonl"},
 	} {
-		_, _, _, err := LoadSuites(c.names, c.dir, 1)
+		_, _, _, err := LoadSuites(c.names, c.dir, SuiteOptions{Samples: 1})
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v in %s: %v, want %q", c.names, c.dir, err, c.want)
 		}
@@ -81,7 +81,7 @@ func TestLoadSuitesErrors(t *testing.T) {
 // A suite run scores the replies as the references would and normalises
 // against the AR original's table, clamped to 0..100.
 func TestSuiteRun(t *testing.T) {
-	items, chance, base, err := LoadSuites([]string{"math-500", "gpqa-diamond"}, "testdata/suites", 1)
+	items, chance, base, err := LoadSuites([]string{"math-500", "gpqa-diamond"}, "testdata/suites", SuiteOptions{Samples: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,30 +141,8 @@ func TestLoadMMLUPro(t *testing.T) {
 		{"question_id": 70, "question": "Which gas do plants take in for photosynthesis?", "options": ["Oxygen", "Carbon dioxide", "Nitrogen", "Helium", "Argon", "Neon", "Hydrogen", "Methane", "Ozone", "Water vapour"], "answer": "B", "answer_index": 1, "category": "biology"},
 		{"question_id": 71, "question": "What is 2+2?", "options": ["3", "4", "5", "N/A"], "answer": "B", "answer_index": 1, "category": "math"}
 	]`
-	rec, _, err := array.RecordFromJSON(memory.DefaultAllocator, schema, strings.NewReader(rows))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rec.Release()
-	path := filepath.Join(dir, Suites["mmlu-pro"].File)
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := pqarrow.NewFileWriter(schema, f, parquet.NewWriterProperties(), pqarrow.DefaultWriterProps())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Write(rec); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	items, chance, _, err := LoadSuites([]string{"mmlu-pro"}, dir, 1)
+	writeParquet(t, filepath.Join(dir, Suites["mmlu-pro"].File), schema, rows)
+	items, chance, _, err := LoadSuites([]string{"mmlu-pro"}, dir, SuiteOptions{Samples: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +167,7 @@ func TestLoadMMLUPro(t *testing.T) {
 // --samples repeats every question; GPQA's samples each get their own
 // option order, and requests with a seed get seed + the sample's number.
 func TestSuiteSamples(t *testing.T) {
-	items, _, _, err := LoadSuites([]string{"math-500", "gpqa-diamond"}, "testdata/suites", 3)
+	items, _, _, err := LoadSuites([]string{"math-500", "gpqa-diamond"}, "testdata/suites", SuiteOptions{Samples: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +208,7 @@ func TestSuiteSamples(t *testing.T) {
 
 // --limit counts questions, keeping each one's samples.
 func TestLimitKeepsSamples(t *testing.T) {
-	items, _, _, err := LoadSuites([]string{"math-500", "gpqa-diamond"}, "testdata/suites", 2)
+	items, _, _, err := LoadSuites([]string{"math-500", "gpqa-diamond"}, "testdata/suites", SuiteOptions{Samples: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,5 +219,33 @@ func TestLimitKeepsSamples(t *testing.T) {
 	}
 	if len(got) != 4 || got[0].ID != "test/prealgebra/9001.json#0" || got[1].ID != "test/prealgebra/9001.json#1" || got[2].ID != "recFixture0001#0" {
 		t.Errorf("kept %v", ids)
+	}
+}
+
+// writeParquet writes rows (a JSON array of objects) of schema to path,
+// making its directory.
+func writeParquet(t *testing.T, path string, schema *arrow.Schema, rows string) {
+	t.Helper()
+	rec, _, err := array.RecordFromJSON(memory.DefaultAllocator, schema, strings.NewReader(rows))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rec.Release()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := pqarrow.NewFileWriter(schema, f, parquet.NewWriterProperties(), pqarrow.DefaultWriterProps())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Write(rec); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -497,7 +497,7 @@ fi
 # The published benchmarks whose files are in --bench-data (docs/eval.md).
 SUITES=
 if [ -n "$BENCH_DATA" ]; then
-	for s in "math-500 math-500/test.jsonl" "gpqa-diamond gpqa/gpqa_diamond.csv" "mmlu-pro mmlu-pro/data/test-00000-of-00001.parquet"; do
+	for s in "math-500 math-500/test.jsonl" "gpqa-diamond gpqa/gpqa_diamond.csv" "mmlu-pro mmlu-pro/data/test-00000-of-00001.parquet" "lcb-v6 livecodebench/test6.jsonl"; do
 		set -- $s
 		[ -f "$BENCH_DATA/$2" ] && SUITES=${SUITES:+$SUITES,}$1
 	done

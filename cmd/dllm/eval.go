@@ -7,6 +7,7 @@ import (
 	"maps"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -21,14 +22,14 @@ func evalCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "eval",
 		Usage:     "score an OpenAI-compatible server on questions with exact answers: an eval file or the published benchmarks",
-		UsageText: "dllm eval --server URL (--tasks FILE.jsonl | --suite math-500,gpqa-diamond,mmlu-pro [--data DIR]) [--out results.json] [options]",
+		UsageText: "dllm eval --server URL (--tasks FILE.jsonl | --suite math-500,gpqa-diamond,mmlu-pro,lcb-v6 [--data DIR]) [--out results.json] [options]",
 		Description: `Sends every item of FILE.jsonl ({"id","task","messages","answer","choices"?,
 "format"?} per line, as 'dllm data synth' writes heldout.jsonl) to POST
 /v1/chat/completions, reads the final answer from the reply ("Answer: X"
 in content, else the last one in content or reasoning; format "math": the
-last \boxed{}; "program": the last code block), scores it (numbers
-normalised, choice letters by letter, lists in order, programs run, math
-answers by equivalence; docs/eval.md) and prints per task:
+last \boxed{}; "program" and "tests": the last code block), scores it
+(numbers normalised, choice letters by letter, lists in order, programs
+run, math answers by equivalence; docs/eval.md) and prints per task:
 accuracy, chance (from tasks.json beside the file, else 1/len(choices) or
 0), completion tokens, tokens/s per request, and TPF when the server
 reports usage.dllm (dllm serve does). --out writes everything, per item
@@ -41,17 +42,24 @@ against the AR MiniCPM5-2B's score (or --baseline), clamped to 0..100.
 With --out, answers are journaled to OUT.partial.jsonl as they come and
 the same command resumes a stopped run.
 
+lcb-v6 (and items of format "tests") run the model's programs with python3
+in a sandbox: new user, mount, network and PID namespaces (no network, no
+writes outside its own directory, nothing left running), a time limit per
+test and a memory limit. A machine that refuses the namespaces needs
+--unsafe-exec, which keeps only the limits.
+
 Works against any OpenAI-compatible server (dllm serve, vLLM, SGLang).
 429 and 503 answers and dropped connections are retried with backoff.`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "server", Value: "http://localhost:8000", Usage: "server `URL` (its root or /v1)"},
 			&cli.StringFlag{Name: "tasks", Usage: "eval `FILE.jsonl` (or --suite)"},
-			&cli.StringFlag{Name: "suite", Usage: "published benchmarks instead of --tasks, comma-separated: math-500, gpqa-diamond, mmlu-pro (docs/eval.md)"},
+			&cli.StringFlag{Name: "suite", Usage: "published benchmarks instead of --tasks, comma-separated: math-500, gpqa-diamond, mmlu-pro, lcb-v6 (docs/eval.md)"},
 			&cli.IntFlag{Name: "samples", Value: 1, Usage: "answers per question: the score is pass@1 averaged over them (give --temperature > 0)"},
 			&cli.StringFlag{Name: "data", Value: "benchmarks", Usage: "`DIR` holding the suites' official files as docs/eval.md downloads them"},
 			&cli.IntFlag{Name: "concurrency", Value: 4, Usage: "requests in flight"},
 			&cli.IntFlag{Name: "max-tokens", Value: 1024, Usage: "cap on each reply, reasoning included (0: the server's default; 32768 with --suite unless given)"},
 			&cli.FloatFlag{Name: "temperature", Value: 0, Usage: "sampling temperature; 0 is greedy"},
+			&cli.FloatFlag{Name: "top-p", Usage: "nucleus sampling's top_p, sent when given"},
 			&cli.BoolFlag{Name: "enable-thinking", Value: true, Usage: "chat_template_kwargs.enable_thinking"},
 			&cli.StringFlag{Name: "model", Usage: "the request's model (default: the server's first in /v1/models)"},
 			&cli.StringFlag{Name: "out", Usage: "write the results as JSON to `FILE`"},
@@ -63,6 +71,11 @@ Works against any OpenAI-compatible server (dllm serve, vLLM, SGLang).
 			&cli.StringFlag{Name: "api-key", Sources: cli.EnvVars("OPENAI_API_KEY"), Usage: "bearer token, if the server wants one"},
 			&cli.DurationFlag{Name: "request-timeout", Value: 10 * time.Minute, Usage: "limit on one request"},
 			&cli.IntFlag{Name: "retries", Value: 5, Usage: "retries after 429/503 or a dropped connection"},
+			&cli.StringFlag{Name: "lcb-window", Value: eval.LCBv6.String(), Usage: "lcb-v6's problems by contest date, `FROM:TO` (TO excluded); the default is v6's release"},
+			&cli.StringFlag{Name: "python", Value: "python3", Usage: "the interpreter that runs the programs of lcb-v6"},
+			&cli.DurationFlag{Name: "code-timeout", Value: 6 * time.Second, Usage: "wall-clock limit of a program on one test (lcb_runner's)"},
+			&cli.FloatFlag{Name: "code-memory-gb", Value: 4, Usage: "memory (address space) limit of a program, GiB"},
+			&cli.BoolFlag{Name: "unsafe-exec", Usage: "run the programs without the sandbox's namespaces, where the machine refuses them: they can reach the network and write files"},
 		},
 		Action:   runEval,
 		Commands: []*cli.Command{evalSummaryCommand()},
@@ -127,17 +140,20 @@ func runEval(ctx context.Context, c *cli.Command) error {
 	if samples < 1 {
 		return fmt.Errorf("eval: --samples %d: want at least 1", samples)
 	}
+	window, err := eval.ParseWindow(c.String("lcb-window"))
+	if err != nil {
+		return fmt.Errorf("eval: --lcb-window: %w", err)
+	}
 	var (
 		items  []eval.Item
 		chance map[string]float64
 		base   *eval.Report // the AR original's scores: the suites' table or --baseline
-		err    error
 	)
 	switch {
 	case path != "" && suite != "":
 		return fmt.Errorf("eval: give --tasks or --suite, not both")
 	case suite != "":
-		if items, chance, base, err = eval.LoadSuites(strings.Split(suite, ","), c.String("data"), samples); err != nil {
+		if items, chance, base, err = eval.LoadSuites(strings.Split(suite, ","), c.String("data"), eval.SuiteOptions{Samples: samples, LCBWindow: window}); err != nil {
 			return err
 		}
 		path = suite
@@ -179,15 +195,19 @@ func runEval(ctx context.Context, c *cli.Command) error {
 			return fmt.Errorf("eval: --extra: want a JSON object: %w", err)
 		}
 	}
-	if c.IsSet("threshold") {
-		th := c.Float("threshold")
-		if th <= 0 || th > 1 {
-			return fmt.Errorf("eval: --threshold %g: want (0, 1]", th)
+	// --top-p and --threshold, both in (0, 1], go into the requests.
+	for flag, field := range map[string]string{"top-p": "top_p", "threshold": "threshold"} {
+		if !c.IsSet(flag) {
+			continue
+		}
+		v := c.Float(flag)
+		if v <= 0 || v > 1 {
+			return fmt.Errorf("eval: --%s %g: want (0, 1]", flag, v)
 		}
 		if o.Extra == nil {
 			o.Extra = map[string]any{}
 		}
-		o.Extra["threshold"] = th
+		o.Extra[field] = v
 	}
 	if b := c.String("baseline"); b != "" {
 		if base, err = eval.ReadReport(b); err != nil {
@@ -225,6 +245,22 @@ func runEval(ctx context.Context, c *cli.Command) error {
 		"enable_thinking": think, "samples": samples, "limit": o.Limit, "extra": o.Extra}
 	if o.Seed != nil {
 		o.Settings["seed"] = *o.Seed
+	}
+	if slices.ContainsFunc(items, func(it eval.Item) bool { return it.Format == eval.FormatTests }) {
+		sb := eval.NewSandbox()
+		sb.Python, sb.Timeout, sb.Unsafe = c.String("python"), c.Duration("code-timeout"), c.Bool("unsafe-exec")
+		sb.Memory = int64(c.Float("code-memory-gb") * (1 << 30))
+		if sb.Timeout <= 0 || sb.Memory <= 0 {
+			return fmt.Errorf("eval: --code-timeout and --code-memory-gb must be positive")
+		}
+		o.Sandbox = sb
+		o.Settings["code_timeout_s"], o.Settings["code_memory_gb"] = sb.Timeout.Seconds(), c.Float("code-memory-gb")
+		if strings.Contains(suite, "lcb-v6") {
+			o.Settings["lcb_window"] = window.String()
+		}
+		if sb.Unsafe {
+			fmt.Fprintln(log, "eval: --unsafe-exec: the model's programs run without the sandbox's namespaces")
+		}
 	}
 	if out != "" {
 		o.Journal = out + ".partial.jsonl"

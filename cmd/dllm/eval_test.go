@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -139,6 +140,15 @@ func TestEvalCommandAgainstServe(t *testing.T) {
 		"--limit", "1", "--max-tokens", "4", "--baseline", res); err != nil || !strings.Contains(stdout, "baseline") {
 		t.Errorf("with --baseline: %v\n%s", err, stdout)
 	}
+	// LiveCodeBench: the sandbox is checked, the replies' programs tested
+	// (the tiny model writes none), the score normalised to the table.
+	if _, err := exec.LookPath("python3"); err == nil {
+		stdout, stderr, err = runCmds(t, []*cli.Command{evalCommand()}, "eval", "--server", url, "--suite", "lcb-v6", "--data", "../../eval/testdata/suites",
+			"--limit", "1", "--max-tokens", "8", "--unsafe-exec")
+		if err != nil || !strings.Contains(stdout, "livecodebench_v6") || !strings.Contains(stderr, "--unsafe-exec") {
+			t.Errorf("lcb-v6: %v\n%s\n%s", err, stdout, stderr)
+		}
+	}
 }
 
 func TestEvalCommandErrors(t *testing.T) {
@@ -163,6 +173,8 @@ func TestEvalCommandErrors(t *testing.T) {
 		{"bad extra", []string{"--tasks", file, "--extra", "[1]"}, "--extra"},
 		{"bad threshold", []string{"--tasks", file, "--threshold", "2"}, "--threshold"},
 		{"bad concurrency", []string{"--tasks", file, "--concurrency", "0"}, "--concurrency"},
+		{"bad top-p", []string{"--tasks", file, "--top-p", "1.5"}, "--top-p"},
+		{"bad window", []string{"--suite", "lcb-v6", "--lcb-window", "2025-05-01"}, "--lcb-window"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
