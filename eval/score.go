@@ -57,7 +57,54 @@ func ExtractFor(it *Item, content, reasoning string) (string, bool) {
 			return a, true
 		}
 	}
+	if len(it.Choices) > 0 {
+		return extractChoice(content, reasoning, len(it.Choices))
+	}
 	return Extract(content, reasoning)
+}
+
+// The fallbacks of MMLU-Pro's evaluate_from_local.py: "the answer is (X)"
+// (its first), then the last letter standing alone.
+var (
+	answerIsRE   = regexp.MustCompile(`answer is \(?([A-Z])\)?`)
+	loneLetterRE = regexp.MustCompile(`\b[A-Z]\b`)
+)
+
+// extractChoice reads a multiple-choice reply's letter among n choices:
+// simple-evals' last "Answer: X" (content, then reasoning), else
+// MMLU-Pro's "answer is (X)", else its last resort, the last capital letter
+// standing alone (in the content, else the reasoning). A letter beyond the
+// choices is no answer.
+func extractChoice(content, reasoning string, n int) (string, bool) {
+	valid := func(s string) (string, bool) {
+		if l, ok := letterOf(s); ok && int(l-'A') < n {
+			return string(l), true
+		}
+		return "", false
+	}
+	for _, s := range []string{content, reasoning} {
+		if a, ok := lastAnswer(s); ok {
+			if l, ok := valid(a); ok {
+				return l, true
+			}
+		}
+	}
+	text := content
+	if strings.TrimSpace(text) == "" {
+		text = reasoning
+	}
+	if m := answerIsRE.FindStringSubmatch(text); m != nil {
+		if l, ok := valid(m[1]); ok {
+			return l, true
+		}
+	}
+	letters := loneLetterRE.FindAllString(text, -1)
+	for i := len(letters) - 1; i >= 0; i-- {
+		if l, ok := valid(letters[i]); ok {
+			return l, true
+		}
+	}
+	return "", false
 }
 
 // Correct says whether got (an extracted answer) matches the item: by
@@ -140,11 +187,13 @@ func NormalizeNumber(s string) (string, bool) {
 	return out, true
 }
 
-// letterOf reads a choice letter from "C", "C)", "(C)", "C. 47", "c";
-// anything else is no letter.
+// letterOf reads a choice letter from "C", "C)", "(C)", "C. 47", "c",
+// "$C$", "\boxed{C}", "\textbf{C}"; anything else is no letter.
 func letterOf(s string) (byte, bool) {
-	s = strings.TrimSpace(s)
-	s = strings.TrimLeft(s, "(*[")
+	s = strings.TrimLeft(strings.TrimSpace(s), "(*[$ ")
+	for _, p := range []string{`\boxed{`, `\text{`, `\textbf{`, `\mathbf{`, `\mathrm{`} {
+		s = strings.TrimPrefix(s, p)
+	}
 	if s == "" {
 		return 0, false
 	}

@@ -78,12 +78,39 @@ func TestCorrect(t *testing.T) {
 		{mcq, "C) 3", true},
 		{mcq, "B", false},
 		{mcq, "Cat", false},
+		{mcq, "$C$", true},
+		{mcq, `\boxed{C}`, true},
+		{mcq, `\textbf{C}`, true},
 		{text, " paris ", true},
 		{text, "Lyon", false},
 	}
 	for _, c := range cases {
 		if got := Correct(c.it, c.got); got != c.want {
 			t.Errorf("Correct(answer %q, got %q) = %v", c.it.Answer, c.got, got)
+		}
+	}
+}
+
+// Multiple choice reads simple-evals' "Answer: X", then MMLU-Pro's
+// fallbacks; a letter outside the choices is no answer.
+func TestExtractChoice(t *testing.T) {
+	it := &Item{Answer: "B", Choices: []string{"w", "x", "y", "z"}}
+	cases := []struct{ content, reasoning, want string }{
+		{"Answer: B", "", "B"},
+		{"Answer: A\nwait.\n**Answer:** $C$", "", "C"},
+		{"", "so\nAnswer: D", "D"},
+		{"Answer: 42\nThe answer is (B).", "", "B"},
+		{"The answer is (C), not the answer is (A)", "", "C"},
+		{"I pick D over A", "", "A"},
+		{"Answer: F", "", ""},
+		{"it is F or G", "", ""},
+		{"no letter here", "", ""},
+		{"", "thinking... I believe B", "B"},
+	}
+	for _, c := range cases {
+		got, ok := ExtractFor(it, c.content, c.reasoning)
+		if got != c.want || ok != (c.want != "") {
+			t.Errorf("%q, %q: %q, %v; want %q", c.content, c.reasoning, got, ok, c.want)
 		}
 	}
 }

@@ -140,13 +140,21 @@ func TestEvalCommandAgainstServe(t *testing.T) {
 		"--limit", "1", "--max-tokens", "4", "--baseline", res); err != nil || !strings.Contains(stdout, "baseline") {
 		t.Errorf("with --baseline: %v\n%s", err, stdout)
 	}
-	// LiveCodeBench: the sandbox is checked, the replies' programs tested
-	// (the tiny model writes none), the score normalised to the table.
+	// The benchmarks from their files (fixtures in their formats), scored
+	// and normalised to the table; LiveCodeBench's sandbox is checked and
+	// the replies' programs tested (the tiny model writes none).
+	suites, tasks := "math-500,gpqa-diamond", []string{"math_500", "gpqa_diamond"}
 	if _, err := exec.LookPath("python3"); err == nil {
-		stdout, stderr, err = runCmds(t, []*cli.Command{evalCommand()}, "eval", "--server", url, "--suite", "lcb-v6", "--data", "../../eval/testdata/suites",
-			"--limit", "1", "--max-tokens", "8", "--unsafe-exec")
-		if err != nil || !strings.Contains(stdout, "livecodebench_v6") || !strings.Contains(stderr, "--unsafe-exec") {
-			t.Errorf("lcb-v6: %v\n%s\n%s", err, stdout, stderr)
+		suites, tasks = suites+",lcb-v6", append(tasks, "livecodebench_v6")
+	}
+	stdout, stderr, err = runCmds(t, []*cli.Command{evalCommand()}, "eval", "--server", url, "--suite", suites, "--data", "../../eval/testdata/suites",
+		"--limit", "1", "--max-tokens", "8", "--unsafe-exec")
+	if err != nil || !strings.Contains(stdout, "normalised") {
+		t.Errorf("--suite %s: %v\n%s\n%s", suites, err, stdout, stderr)
+	}
+	for _, task := range tasks {
+		if !strings.Contains(stdout, task) {
+			t.Errorf("--suite %s: no %s in\n%s", suites, task, stdout)
 		}
 	}
 }
