@@ -213,7 +213,7 @@ func (r *Report) PrintTable(w io.Writer) {
 		withBase = withBase || t.Baseline != nil
 		verified = verified || t.Acceptance != nil
 	}
-	head := "task\tn\taccuracy\t±\tchance\ttokens\ttok/s\tTPF\terrors\tno answer\ttruncated\t"
+	head := "task\tn\taccuracy\t±\tchance\ttokens/reply\ttok/s\tTPF\terrors\tno answer\ttruncated\t"
 	if withBase {
 		head += "baseline\tnormalised\t"
 	}
@@ -222,7 +222,7 @@ func (r *Report) PrintTable(w io.Writer) {
 	}
 	fmt.Fprintln(tw, head)
 	row := func(t *TaskSummary) {
-		fmt.Fprintf(tw, "%s\t%d\t%.3f\t%.3f\t%.2f\t%d\t%.1f\t%s\t%d\t%d\t%d\t", t.Task, t.N, t.Accuracy, t.StdErr, t.Chance, t.Tokens, t.TokensPerSec,
+		fmt.Fprintf(tw, "%s\t%d\t%.3f\t%.3f\t%.2f\t%.0f\t%.1f\t%s\t%d\t%d\t%d\t", t.Task, t.N, t.Accuracy, t.StdErr, t.Chance, float64(t.Tokens)/float64(max(t.N, 1)), t.TokensPerSec,
 			optFloat(t.TPF, "%.2f"), t.Errors, t.NoAnswer, t.Truncated)
 		if withBase {
 			fmt.Fprintf(tw, "%s\t%s\t", optFloat(t.Baseline, "%.3f"), optFloat(t.Normalized, "%.1f"))
