@@ -159,16 +159,9 @@ func (o *Options) settings(maskID int) diffusion.Settings {
 	if g.MaxStepsPerBlock == 0 {
 		g.MaxStepsPerBlock = o.BlockSize
 	}
-	return diffusion.Settings{
-		FormatVersion: diffusion.FormatVersion,
-		MaskTokenID:   maskID,
-		MaskToken:     o.MaskToken,
-		BlockSize:     o.BlockSize,
-		Attention:     o.Attention,
-		Shift:         o.Shift,
-		CreatedBy:     o.CreatedBy,
-		Generation:    g,
-	}
+	s := diffusion.NewSettings(maskID, o.MaskToken, o.BlockSize, o.Shift)
+	s.Attention, s.CreatedBy, s.Generation = o.Attention, o.CreatedBy, g
+	return *s
 }
 
 // parseDType maps a --dtype value to a safetensors dtype; 0 means "auto".

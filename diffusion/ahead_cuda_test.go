@@ -33,8 +33,7 @@ func TestSamplerCUDAAhead(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Free()
-	st := &Settings{FormatVersion: FormatVersion, MaskTokenID: cfg.VocabSize - 1, MaskToken: DefaultMaskToken,
-		BlockSize: 32, Attention: AttentionBlock, Shift: true, Generation: DefaultGeneration(32, true)}
+	st := NewSettings(cfg.VocabSize-1, DefaultMaskToken, 32, true)
 	prompt := make([]int64, 1100) // past $DLLM_ATTN_CUDNN's 1024: the cuDNN path's graphs
 	for i := range prompt {
 		prompt[i] = int64(i*7919) % int64(cfg.VocabSize-1)

@@ -35,15 +35,7 @@ func loadTiny(t *testing.T) *model.Model {
 
 // tinySettings is a dllm.json for the tiny model.
 func tinySettings(block int, shift bool) *Settings {
-	return &Settings{
-		FormatVersion: FormatVersion,
-		MaskTokenID:   tinyMask,
-		MaskToken:     DefaultMaskToken,
-		BlockSize:     block,
-		Attention:     AttentionBlock,
-		Shift:         shift,
-		Generation:    DefaultGeneration(block, shift),
-	}
+	return NewSettings(tinyMask, DefaultMaskToken, block, shift)
 }
 
 // tinyChat is one chat of testdata/tiny-llama/tokenizer_expected.json.

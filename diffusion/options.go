@@ -3,7 +3,6 @@ package diffusion
 import (
 	"errors"
 	"fmt"
-	"math"
 )
 
 // ErrContextTooLong is the error, wrapped with the numbers, for a prompt
@@ -58,31 +57,32 @@ func (s *Sampler) resolve(prompt []int64, o Options) (plan, error) {
 			return bad("prompt token %d at position %d is outside the vocabulary of %d", id, i, cfg.VocabSize)
 		}
 	}
-	// 2. Ranges; NaN fails every comparison, so the checks are written to
-	// accept only what is valid.
+	// 2. Ranges (ranges.go; a zero threshold or top_p means dllm.json's).
+	ranges := []error{
+		CheckTemperature(o.Temperature), CheckErrorBudget(o.ErrorBudget),
+		CheckCommitCount("tokens_per_step", int64(o.FixedCommit), 0), CheckCommitCount("max_commit", int64(o.MaxCommit), 0),
+		CheckCommitCount("min_commit", int64(o.MinCommit), 0), CheckCommitBounds(int64(o.MinCommit), int64(o.MaxCommit)),
+	}
+	if o.Threshold != 0 {
+		ranges = append(ranges, CheckThreshold(o.Threshold))
+	}
+	if o.TopP != 0 {
+		ranges = append(ranges, CheckTopP(o.TopP))
+	}
+	for _, err := range ranges {
+		if err != nil {
+			return bad("%v", err)
+		}
+	}
 	switch {
 	case o.BlockSize < 0:
 		return bad("block size %d is negative", o.BlockSize)
-	case !(o.Threshold >= 0 && o.Threshold <= 1):
-		return bad("threshold %v is outside (0, 1]", o.Threshold)
 	case o.MaxStepsPerBlock < 0:
 		return bad("max steps per block %d is negative", o.MaxStepsPerBlock)
-	case !(o.Temperature >= 0) || math.IsInf(o.Temperature, 1):
-		return bad("temperature %v must be finite and >= 0", o.Temperature)
-	case !(o.TopP >= 0 && o.TopP <= 1):
-		return bad("top_p %v is outside (0, 1]", o.TopP)
 	case o.MaxNewTokens < 0:
 		return bad("max new tokens %d is negative", o.MaxNewTokens)
 	case o.ContextLimit < 0:
 		return bad("context limit %d is negative", o.ContextLimit)
-	case o.FixedCommit < 0:
-		return bad("fixed commit count %d is negative", o.FixedCommit)
-	case o.MaxCommit < 0 || o.MinCommit < 0:
-		return bad("commit bounds %d..%d: negative", o.MinCommit, o.MaxCommit)
-	case o.MaxCommit > 0 && o.MinCommit > o.MaxCommit:
-		return bad("min commit %d is above max commit %d", o.MinCommit, o.MaxCommit)
-	case !(o.ErrorBudget >= 0) || math.IsInf(o.ErrorBudget, 1):
-		return bad("error budget %v must be finite and >= 0", o.ErrorBudget)
 	case o.Verify && o.FixedCommit > 0:
 		return bad("verify decoding commits by threshold, not a fixed count")
 	case o.Verify && o.Temperature >= minTemperature:

@@ -35,14 +35,9 @@ func NewSampler(m *model.Model, s *Settings) *Sampler {
 // converted model is measured against. It has no mask token
 // (MaskTokenID -1), which block size 1 never feeds.
 func ARSettings() *Settings {
-	return &Settings{
-		FormatVersion: FormatVersion,
-		MaskTokenID:   -1,
-		BlockSize:     1,
-		Attention:     AttentionBlock,
-		Shift:         true,
-		Generation:    Generation{Threshold: 1, MaxStepsPerBlock: 1, TopP: 1},
-	}
+	s := NewSettings(-1, "", 1, true)
+	s.Generation = Generation{Threshold: 1, MaxStepsPerBlock: 1, TopP: 1}
+	return s
 }
 
 // Defaults are the options dllm.json asks for that a zero value cannot

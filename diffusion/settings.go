@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io/fs"
 	"maps"
-	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -114,6 +113,14 @@ func DefaultGeneration(blockSize int, shift bool) Generation {
 	return Generation{Threshold: 0.9, MaxStepsPerBlock: blockSize, Temperature: 0, TopP: 1, Verify: shift}
 }
 
+// NewSettings is the one constructor of dllm.json's content: the current
+// format, block attention, and DefaultGeneration for the block size;
+// callers override what they were told otherwise.
+func NewSettings(maskID int, maskToken string, blockSize int, shift bool) *Settings {
+	return &Settings{FormatVersion: FormatVersion, MaskTokenID: maskID, MaskToken: maskToken, BlockSize: blockSize,
+		Attention: AttentionBlock, Shift: shift, Generation: DefaultGeneration(blockSize, shift)}
+}
+
 var hexSHA256 = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
 // Validate checks the settings on their own and against the model's
@@ -140,19 +147,15 @@ func (s *Settings) Validate(vocabSize int) error {
 		return fail("source.sha256 %q is not 64 lowercase hex digits", s.Source.SHA256)
 	case s.Source.Fingerprint != "" && !hexSHA256.MatchString(s.Source.Fingerprint):
 		return fail("source.fingerprint %q is not 64 lowercase hex digits", s.Source.Fingerprint)
-	case !(g.Threshold > 0 && g.Threshold <= 1):
-		return fail("generation.threshold %v must be in (0, 1]", g.Threshold)
 	case g.MaxStepsPerBlock < 1:
 		return fail("generation.max_steps_per_block %d must be at least 1", g.MaxStepsPerBlock)
-	case !(g.Temperature >= 0) || math.IsInf(g.Temperature, 1):
-		return fail("generation.temperature %v must be finite and >= 0", g.Temperature)
-	case !(g.TopP > 0 && g.TopP <= 1):
-		return fail("generation.top_p %v must be in (0, 1]", g.TopP)
 	case g.Verify && !s.Shift:
 		return fail("generation.verify needs shift: without it no logit row is a next-token prediction")
 	}
-	if err := checkWeightSums(s.WeightsSHA256); err != nil {
-		return fail("%v", err)
+	for _, err := range []error{CheckThreshold(g.Threshold), CheckTemperature(g.Temperature), CheckTopP(g.TopP), checkWeightSums(s.WeightsSHA256)} {
+		if err != nil {
+			return fail("%v", err)
+		}
 	}
 	return nil
 }

@@ -38,9 +38,7 @@ func tinyModelFiles(t *testing.T, tokenizerConfig []byte) string {
 			t.Fatal(err)
 		}
 	}
-	s := &diffusion.Settings{FormatVersion: diffusion.FormatVersion, MaskTokenID: 511, MaskToken: diffusion.DefaultMaskToken,
-		BlockSize: 4, Attention: diffusion.AttentionBlock, Shift: true, Generation: diffusion.DefaultGeneration(4, true)}
-	if err := s.Save(dir); err != nil {
+	if err := diffusion.NewSettings(511, diffusion.DefaultMaskToken, 4, true).Save(dir); err != nil {
 		t.Fatal(err)
 	}
 	return dir

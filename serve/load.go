@@ -3,12 +3,8 @@ package serve
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
-	"path/filepath"
-	"slices"
 
 	"dllm/diffusion"
 	"dllm/model"
@@ -75,54 +71,13 @@ func Check(dir string) (*Checked, error) {
 		return nil, fmt.Errorf("%s: the chat template cannot render a one-message conversation: %w", dir, err)
 	}
 	c := &Checked{Dir: dir, Config: cfg, Settings: settings, Tokenizer: tok}
-	ids := append([]int(nil), cfg.EOSTokenIDs...)
-	if id, ok := tok.EOS(); ok {
-		ids = append(ids, id)
-	}
-	gen, err := generationEOS(dir)
-	if err != nil {
+	if c.StopIDs, err = diffusion.EOSIDs(dir, cfg, tok); err != nil {
 		return nil, err
-	}
-	for _, id := range append(ids, gen...) {
-		if id >= 0 && !slices.Contains(c.StopIDs, int64(id)) {
-			c.StopIDs = append(c.StopIDs, int64(id))
-		}
 	}
 	if len(c.StopIDs) == 0 {
 		return nil, fmt.Errorf("%s: no eos token id in config.json, generation_config.json or the tokenizer, so generation could not stop", dir)
 	}
 	return c, nil
-}
-
-// generationEOS reads generation_config.json's eos_token_id (an id or a
-// list), which HF's generate() stops on; a missing file means none.
-func generationEOS(dir string) ([]int, error) {
-	path := filepath.Join(dir, "generation_config.json")
-	data, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var g struct {
-		EOS json.RawMessage `json:"eos_token_id"`
-	}
-	if err := json.Unmarshal(data, &g); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	if len(g.EOS) == 0 || string(g.EOS) == "null" {
-		return nil, nil
-	}
-	var one int
-	if json.Unmarshal(g.EOS, &one) == nil {
-		return []int{one}, nil
-	}
-	var many []int
-	if err := json.Unmarshal(g.EOS, &many); err != nil {
-		return nil, fmt.Errorf("%s: eos_token_id must be an id or a list of ids", path)
-	}
-	return many, nil
 }
 
 // LoadOptions choose how a checked model is loaded.
@@ -184,20 +139,14 @@ func (c *Checked) Load(ctx context.Context, o LoadOptions) (m *Model, err error)
 		return nil, err
 	}
 	eng := newEngine(lm, c.Settings)
-	g := c.Settings.Generation
+	// The sampler's defaults (dllm.json's, resolved by diffusion alone),
+	// with the stop ids and the context this server allows.
+	defaults := eng.s.Defaults()
+	defaults.StopIDs, defaults.ContextLimit = c.StopIDs, c.ContextLength(o.MaxModelLen)
 	m = &Model{
-		Engine:    eng,
-		Tokenizer: c.Tokenizer,
-		Defaults: diffusion.Options{
-			BlockSize:        c.Settings.BlockSize,
-			Threshold:        g.Threshold,
-			MaxStepsPerBlock: g.MaxStepsPerBlock,
-			Temperature:      g.Temperature,
-			TopP:             g.TopP,
-			Verify:           g.Verify,
-			StopIDs:          c.StopIDs,
-			ContextLimit:     c.ContextLength(o.MaxModelLen),
-		},
+		Engine:        eng,
+		Tokenizer:     c.Tokenizer,
+		Defaults:      defaults,
 		ContextLength: c.ContextLength(o.MaxModelLen),
 		VocabSize:     c.Config.VocabSize,
 		Close:         lm.Free,
@@ -206,11 +155,11 @@ func (c *Checked) Load(ctx context.Context, o LoadOptions) (m *Model, err error)
 		// The decoder for the whole context now, with the graphs of long
 		// contexts' block steps: no request waits for them. (On the CPU
 		// there are no graphs, and the cache grows as requests need it.)
-		if err := eng.s.Reserve(m.ContextLength, m.Defaults.BlockSize); err != nil {
+		if err := eng.s.Reserve(m.ContextLength, c.Settings.BlockSize); err != nil {
 			lm.Free()
 			return nil, fmt.Errorf("reserving the KV cache for %d positions: %w", m.ContextLength, err)
 		}
-		if err := warmup(ctx, m); err != nil {
+		if err := warmup(ctx, m, c.Settings.BlockSize); err != nil {
 			lm.Free()
 			return nil, fmt.Errorf("warm-up generation: %w", err)
 		}
@@ -218,14 +167,14 @@ func (c *Checked) Load(ctx context.Context, o LoadOptions) (m *Model, err error)
 	return m, nil
 }
 
-// warmup generates one block from a short prompt.
-func warmup(ctx context.Context, m *Model) error {
+// warmup generates one block (of block tokens) from a short prompt.
+func warmup(ctx context.Context, m *Model, block int) error {
 	prompt := toInt64(m.Tokenizer.Encode("Hello"))
 	if len(prompt) == 0 {
 		prompt = []int64{0}
 	}
 	o := m.Defaults
-	o.MaxNewTokens = max(1, o.BlockSize)
+	o.MaxNewTokens = max(1, block)
 	o.ContextLimit = min(m.ContextLength, len(prompt)+2*o.MaxNewTokens)
 	_, err := m.Engine.Generate(ctx, prompt, o, func(diffusion.Block) (bool, error) { return false, nil })
 	return err

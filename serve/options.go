@@ -28,47 +28,47 @@ func (f *samplingFields) options(m *Model, promptLen, defaultMax int) (diffusion
 		return o, nil, badRequest("logprobs", "logprobs are not supported")
 	}
 	if t := f.Temperature; t != nil {
-		if *t < 0 || *t > maxTemperature {
-			return o, nil, badRequest("temperature", fmt.Sprintf("temperature must be between 0 and %d, got %v", maxTemperature, *t))
+		if err := diffusion.CheckTemperature(*t); err != nil {
+			return o, nil, badRequest("temperature", err.Error())
 		}
 		o.Temperature = *t
 	}
 	if p := f.TopP; p != nil {
-		if !(*p > 0 && *p <= 1) {
-			return o, nil, badRequest("top_p", fmt.Sprintf("top_p must be in (0, 1], got %v", *p))
+		if err := diffusion.CheckTopP(*p); err != nil {
+			return o, nil, badRequest("top_p", err.Error())
 		}
 		o.TopP = *p
 	}
 	if th := f.Threshold; th != nil {
-		if !(*th > 0 && *th <= 1) {
-			return o, nil, badRequest("threshold", fmt.Sprintf("threshold must be in (0, 1], got %v", *th))
+		if err := diffusion.CheckThreshold(*th); err != nil {
+			return o, nil, badRequest("threshold", err.Error())
 		}
 		o.Threshold = *th
 	}
 	if k := f.TokensPerStep; k != nil {
-		if *k < 1 || *k > maxTokensPerStep {
-			return o, nil, badRequest("tokens_per_step", fmt.Sprintf("tokens_per_step must be between 1 and %d, got %d", maxTokensPerStep, *k))
+		if err := diffusion.CheckCommitCount("tokens_per_step", *k, 1); err != nil {
+			return o, nil, badRequest("tokens_per_step", err.Error())
 		}
 		o.FixedCommit = int(*k)
 	}
 	if k := f.MaxCommit; k != nil {
-		if *k < 0 || *k > maxTokensPerStep {
-			return o, nil, badRequest("max_commit", fmt.Sprintf("max_commit must be between 0 and %d, got %d", maxTokensPerStep, *k))
+		if err := diffusion.CheckCommitCount("max_commit", *k, 0); err != nil {
+			return o, nil, badRequest("max_commit", err.Error())
 		}
 		o.MaxCommit = int(*k)
 	}
 	if k := f.MinCommit; k != nil {
-		if *k < 0 || *k > maxTokensPerStep {
-			return o, nil, badRequest("min_commit", fmt.Sprintf("min_commit must be between 0 and %d, got %d", maxTokensPerStep, *k))
+		if err := diffusion.CheckCommitCount("min_commit", *k, 0); err != nil {
+			return o, nil, badRequest("min_commit", err.Error())
 		}
 		o.MinCommit = int(*k)
 	}
-	if o.MaxCommit > 0 && o.MinCommit > o.MaxCommit {
-		return o, nil, badRequest("min_commit", fmt.Sprintf("min_commit %d is above max_commit %d", o.MinCommit, o.MaxCommit))
+	if err := diffusion.CheckCommitBounds(int64(o.MinCommit), int64(o.MaxCommit)); err != nil {
+		return o, nil, badRequest("min_commit", err.Error())
 	}
 	if b := f.ErrorBudget; b != nil {
-		if !(*b >= 0 && *b <= maxErrorBudget) {
-			return o, nil, badRequest("error_budget", fmt.Sprintf("error_budget must be between 0 and %d, got %v", maxErrorBudget, *b))
+		if err := diffusion.CheckErrorBudget(*b); err != nil {
+			return o, nil, badRequest("error_budget", err.Error())
 		}
 		o.ErrorBudget = *b
 	}

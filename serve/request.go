@@ -14,9 +14,8 @@ import (
 
 // Limits on request fields; beyond them a request is a 400.
 const (
-	maxStops       = 16
-	maxStopLen     = 1024
-	maxTemperature = 2 // OpenAI's range
+	maxStops   = 16
+	maxStopLen = 1024
 )
 
 // samplingFields are the fields /v1/chat/completions and /v1/completions
@@ -62,14 +61,6 @@ type samplingFields struct {
 	// limit through end-of-sequence tokens (stop strings still apply).
 	IgnoreEOS bool `json:"ignore_eos"`
 }
-
-// maxTokensPerStep bounds tokens_per_step; any value from the block size
-// up commits a whole block per step.
-const maxTokensPerStep = 4096
-
-// maxErrorBudget bounds error_budget: a budget of a whole block's worth of
-// certain errors already commits everything.
-const maxErrorBudget = 4096
 
 // stopList is "stop": null, a string or a list of strings.
 type stopList []string

@@ -42,9 +42,8 @@ func writeCheckpoint(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := diffusion.Settings{FormatVersion: diffusion.FormatVersion, MaskTokenID: tinyMaskID, MaskToken: diffusion.DefaultMaskToken,
-		BlockSize: 4, Attention: diffusion.AttentionBlock, Shift: true, Generation: diffusion.DefaultGeneration(4, true),
-		WeightsSHA256: map[string]string{"model-00001-of-00002.safetensors": strings.Repeat("0", 64)}}
+	s := diffusion.NewSettings(tinyMaskID, diffusion.DefaultMaskToken, 4, true)
+	s.WeightsSHA256 = map[string]string{"model-00001-of-00002.safetensors": strings.Repeat("0", 64)}
 	settings, _ := jsonMarshal(s)
 	abs, _ := filepath.Abs(src)
 	state, _ := json.Marshal(State{Step: 3, BlockSize: 4, SourceModel: abs})

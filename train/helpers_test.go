@@ -32,9 +32,8 @@ func tinyModel(t *testing.T) string {
 		}
 	}
 	// The sums a converted model would carry.
-	s := &diffusion.Settings{FormatVersion: diffusion.FormatVersion, MaskTokenID: tinyMaskID, MaskToken: diffusion.DefaultMaskToken,
-		BlockSize: 4, Attention: diffusion.AttentionBlock, Shift: true, Generation: diffusion.DefaultGeneration(4, true),
-		WeightsSHA256: map[string]string{"model.safetensors": sha256File(t, filepath.Join(src, "model.safetensors"))}}
+	s := diffusion.NewSettings(tinyMaskID, diffusion.DefaultMaskToken, 4, true)
+	s.WeightsSHA256 = map[string]string{"model.safetensors": sha256File(t, filepath.Join(src, "model.safetensors"))}
 	if err := s.Save(dir); err != nil {
 		t.Fatal(err)
 	}

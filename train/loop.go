@@ -316,9 +316,7 @@ func (t *trainer) loadSettings(resumeDir string) error {
 		if id < 0 {
 			id = mcfg.VocabSize - 1
 		}
-		bs := cfg.FinalBlockSize()
-		s = &diffusion.Settings{FormatVersion: diffusion.FormatVersion, MaskTokenID: id, MaskToken: diffusion.DefaultMaskToken,
-			BlockSize: bs, Attention: diffusion.AttentionBlock, Shift: cfg.Shift, Generation: diffusion.DefaultGeneration(bs, cfg.Shift)}
+		s = diffusion.NewSettings(id, diffusion.DefaultMaskToken, cfg.FinalBlockSize(), cfg.Shift)
 	default:
 		return fmt.Errorf("train: %w; or set mask_token_id to train an unconverted checkpoint", err)
 	}
@@ -575,7 +573,11 @@ func (t *trainer) sample(ctx context.Context) {
 	o := sm.Defaults()
 	o.MaxNewTokens = c.SampleTokens
 	o.ContextLimit = len(prompt) + c.SampleTokens + s.BlockSize
-	o.StopIDs = diffusion.EOSIDs(t.net.m.Config, t.tok)
+	var err error
+	if o.StopIDs, err = diffusion.EOSIDs(t.cfg.Model, t.net.m.Config, t.tok); err != nil {
+		t.warn(fmt.Sprintf("sample: %v", err))
+		return
+	}
 	res, err := sm.Generate(ctx, prompt, o, nil)
 	if err != nil {
 		t.warn(fmt.Sprintf("sample: %v", err))

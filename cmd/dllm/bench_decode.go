@@ -297,15 +297,7 @@ func benchDecodeModel(c *cli.Command, dev torch.Device, dt torch.DType) (*model.
 		return nil, nil, err
 	}
 	if st == nil {
-		st = &diffusion.Settings{
-			FormatVersion: diffusion.FormatVersion,
-			MaskTokenID:   m.Config.VocabSize - 1,
-			MaskToken:     diffusion.DefaultMaskToken,
-			BlockSize:     c.Int("block"),
-			Attention:     diffusion.AttentionBlock,
-			Shift:         true,
-			Generation:    diffusion.DefaultGeneration(c.Int("block"), true),
-		}
+		st = diffusion.NewSettings(m.Config.VocabSize-1, diffusion.DefaultMaskToken, c.Int("block"), true)
 	}
 	if err := st.Validate(m.Config.VocabSize); err != nil {
 		m.Free()

@@ -92,32 +92,7 @@ func TestEvalCommandAgainstServe(t *testing.T) {
 	if _, _, err := runCmds(t, []*cli.Command{dataCommand()}, "data", "synth", "--out", data, "--tasks", "add,mcq", "--train", "1", "--heldout", "3"); err != nil {
 		t.Fatal(err)
 	}
-	checked, err := serve.Check(mdir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		cfg := serve.Config{ModelName: "tiny", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-		done <- serve.Run(ctx, ln, cfg, func(ctx context.Context) (*serve.Model, error) {
-			return checked.Load(ctx, serve.LoadOptions{Device: torch.CPU, DType: torch.Float32, Warmup: false})
-		})
-	}()
-	defer func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			t.Error("the server did not stop")
-		}
-	}()
-	url := "http://" + ln.Addr().String()
-	waitHealthy(t, url)
+	url := startServe(t, mdir)
 	res := filepath.Join(tmp, "results.json")
 	stdout, stderr, err := runCmds(t, []*cli.Command{evalCommand()}, "eval", "--server", url, "--tasks", filepath.Join(data, synth.HeldoutFile),
 		"--limit", "2", "--max-tokens", "8", "--concurrency", "2", "--out", res, "--threshold", "0.5")
@@ -192,6 +167,39 @@ func TestEvalCommandErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// startServe serves the model directory dir (on the CPU, as "tiny") on a
+// free port until the test ends, and returns its URL once it is healthy.
+func startServe(t *testing.T, dir string) string {
+	t.Helper()
+	checked, err := serve.Check(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		cfg := serve.Config{ModelName: "tiny", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		done <- serve.Run(ctx, ln, cfg, func(ctx context.Context) (*serve.Model, error) {
+			return checked.Load(ctx, serve.LoadOptions{Device: torch.CPU, DType: torch.Float32})
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Error("the server did not stop")
+		}
+	})
+	url := "http://" + ln.Addr().String()
+	waitHealthy(t, url)
+	return url
 }
 
 // waitHealthy polls /health until the server has loaded its model.

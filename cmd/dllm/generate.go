@@ -94,7 +94,11 @@ func runGenerate(ctx context.Context, c *cli.Command) error {
 	defer s.Close()
 	o := generateOptions(c, s.Defaults())
 	if !c.Bool("ignore-eos") {
-		o.StopIDs = diffusion.EOSIDs(m.Config, tok)
+		// The stop rule serve uses: config.json's, the tokenizer's and
+		// generation_config.json's eos ids.
+		if o.StopIDs, err = diffusion.EOSIDs(dir, m.Config, tok); err != nil {
+			return err
+		}
 	}
 	// 3. Generate: one JSON object, or text streamed block by block.
 	w := c.Root().Writer

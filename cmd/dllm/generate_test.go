@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -44,11 +45,7 @@ func convertedTiny(t *testing.T) string {
 			t.Fatal(err)
 		}
 	}
-	s := &diffusion.Settings{
-		FormatVersion: diffusion.FormatVersion, MaskTokenID: 500, MaskToken: diffusion.DefaultMaskToken,
-		BlockSize: 4, Attention: diffusion.AttentionBlock, Shift: true, Generation: diffusion.DefaultGeneration(4, true),
-	}
-	if err := s.Save(dir); err != nil {
+	if err := diffusion.NewSettings(500, diffusion.DefaultMaskToken, 4, true).Save(dir); err != nil {
 		t.Fatal(err)
 	}
 	return dir
@@ -179,5 +176,73 @@ func TestGenerateCommandErrors(t *testing.T) {
 				t.Fatalf("error %v, want one mentioning %q", err, c.want)
 			}
 		})
+	}
+}
+
+// generate and serve share one stop rule: an eos id that only
+// generation_config.json names ends both at the same token.
+func TestGenerateStopsWhereServeStops(t *testing.T) {
+	if err := torch.Load(); err != nil {
+		t.Skip(err)
+	}
+	torch.SetNumThreads(1)
+	dir := convertedTiny(t)
+	chat := `[{"role":"user","content":"Hello, world"}]`
+	chatFile := filepath.Join(t.TempDir(), "chat.json")
+	if err := os.WriteFile(chatFile, []byte(chat), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// 1. The greedy reply without stops; its fourth token, new there, is
+	// made an eos id by generation_config.json alone.
+	out, _, err := runGenerateCmd(t, "--model", dir, "--chat", chatFile, "--ignore-eos", "--max-tokens", "12", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var free generateOutput
+	if err := json.Unmarshal([]byte(out), &free); err != nil {
+		t.Fatal(err)
+	}
+	k := slices.IndexFunc(free.IDs, func(id int64) bool { return id != 1 && slices.Index(free.IDs, id) >= 3 })
+	if k < 0 {
+		t.Fatalf("no token to stop at in %v", free.IDs)
+	}
+	eos := free.IDs[k]
+	gen := `{"bos_token_id": 0, "eos_token_id": [1, ` + strconv.FormatInt(eos, 10) + `]}`
+	if err := os.WriteFile(filepath.Join(dir, "generation_config.json"), []byte(gen), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// 2. generate stops there.
+	out, _, err = runGenerateCmd(t, "--model", dir, "--chat", chatFile, "--max-tokens", "12", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stopped generateOutput
+	if err := json.Unmarshal([]byte(out), &stopped); err != nil {
+		t.Fatal(err)
+	}
+	if stopped.FinishReason != "stop" || !slices.Equal(stopped.IDs, free.IDs[:k]) && !slices.Equal(stopped.IDs, free.IDs[:k+1]) {
+		t.Fatalf("generate: %+v; want a stop at %d, token %d of %v", stopped, eos, k, free.IDs)
+	}
+	// 3. serve stops there too: the same reply.
+	url := startServe(t, dir)
+	body := `{"messages": ` + chat + `, "max_tokens": 12}`
+	resp, err := http.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var r struct {
+		Choices []struct {
+			FinishReason string `json:"finish_reason"`
+		} `json:"choices"`
+		Usage struct {
+			CompletionTokens int `json:"completion_tokens"`
+		} `json:"usage"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil || len(r.Choices) != 1 {
+		t.Fatalf("serve: %v %+v", err, r)
+	}
+	if r.Choices[0].FinishReason != "stop" || r.Usage.CompletionTokens != len(stopped.IDs) {
+		t.Errorf("serve: finish %q after %d tokens; generate: stop after %d", r.Choices[0].FinishReason, r.Usage.CompletionTokens, len(stopped.IDs))
 	}
 }
