@@ -23,15 +23,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"dllm/openai"
 )
 
 // DistillOptions configure Distill. Zero values take the defaults named on
@@ -229,10 +229,12 @@ func Distill(ctx context.Context, o DistillOptions) (*DistillStats, error) {
 	if err := CheckNotEvalSet("data: distill: prompts", o.Prompts); err != nil {
 		return nil, err
 	}
-	chatURL, modelsURL, err := teacherURLs(o.Teacher)
+	api, err := openai.New(o.Teacher)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("data: distill: teacher: %w", err)
 	}
+	api.APIKey, api.Retries, api.AttemptTimeout = o.APIKey, max(o.MaxRetries, 0), o.RequestTimeout
+	api.Backoff, api.MaxBackoff = o.RetryWait, o.MaxRetryWait
 	logf := func(format string, args ...any) {
 		if o.Log != nil {
 			fmt.Fprintf(o.Log, "distill: "+format+"\n", args...)
@@ -302,20 +304,19 @@ func Distill(ctx context.Context, o DistillOptions) (*DistillStats, error) {
 		return st, nil
 	}
 
-	client := o.Client
-	if client == nil {
-		client = &http.Client{Transport: &http.Transport{
+	if api.HTTP = o.Client; api.HTTP == nil {
+		api.HTTP = &http.Client{Transport: &http.Transport{
 			Proxy:               http.ProxyFromEnvironment,
 			MaxIdleConnsPerHost: o.Concurrency,
 			IdleConnTimeout:     90 * time.Second,
 		}}
 	}
-	t := &teacher{o: &o, client: client, chatURL: chatURL, modelsURL: modelsURL}
+	t := &teacher{o: &o, api: api}
 	if t.model = o.Model; t.model == "" {
 		if t.model, err = t.firstModel(ctx); err != nil {
 			return nil, err
 		}
-		logf("teacher model %q (from %s)", t.model, modelsURL)
+		logf("teacher model %q (from %s)", t.model, api.URL("/models"))
 	}
 	w, err := newDistillWriter(&o, st)
 	if err != nil {
@@ -419,40 +420,18 @@ func (t *teacher) run(ctx context.Context, jobs []distillJob, w *distillWriter, 
 	}
 }
 
-// teacher talks to the OpenAI-compatible endpoint.
+// teacher asks the OpenAI-compatible endpoint.
 type teacher struct {
-	o                  *DistillOptions
-	client             *http.Client
-	chatURL, modelsURL string
-	model              string
+	o     *DistillOptions
+	api   *openai.Client
+	model string
 }
 
-// teacherURLs derives the chat and models URLs from what the user gave.
-func teacherURLs(base string) (chat, models string, err error) {
-	u, err := url.Parse(strings.TrimSpace(base))
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return "", "", fmt.Errorf("data: distill: teacher %q: want an http(s) URL such as http://localhost:8000", base)
-	}
-	p := strings.TrimRight(u.Path, "/")
-	switch {
-	case strings.HasSuffix(p, "/chat/completions"):
-		p = strings.TrimSuffix(p, "/chat/completions")
-	case strings.HasSuffix(p, "/v1"):
-	default:
-		p += "/v1"
-	}
-	u.Path, u.RawQuery = p+"/chat/completions", ""
-	chat = u.String()
-	u.Path = p + "/models"
-	return chat, u.String(), nil
-}
-
-// teacherError is a failed attempt.
+// teacherError is a request that failed for good: the HTTP status (0: no
+// answer; 200: an answer that is not a chat completion) and the message.
 type teacherError struct {
-	status     int // 0: no HTTP response
-	msg        string
-	retryable  bool
-	retryAfter time.Duration
+	status int
+	msg    string
 }
 
 func (e *teacherError) Error() string {
@@ -462,121 +441,28 @@ func (e *teacherError) Error() string {
 	return fmt.Sprintf("HTTP %d: %s", e.status, e.msg)
 }
 
-// do sends one request with retries and returns the body of the 200
-// answer, the attempts made, or the last error.
-func (t *teacher) do(ctx context.Context, method, u string, body []byte) ([]byte, int, *teacherError) {
-	o := t.o
-	for attempt := 1; ; attempt++ {
-		b, terr := t.attempt(ctx, method, u, body)
-		if terr == nil {
-			return b, attempt, nil
-		}
-		if ctx.Err() != nil || !terr.retryable || attempt > o.MaxRetries {
-			return nil, attempt, terr
-		}
-		wait := o.RetryWait << min(attempt-1, 20)
-		wait = time.Duration(float64(wait) * (0.75 + 0.5*rand.Float64()))
-		wait = min(wait, o.MaxRetryWait)
-		if terr.retryAfter > wait {
-			wait = min(terr.retryAfter, 10*time.Minute)
-		}
-		select {
-		case <-time.After(wait):
-		case <-ctx.Done():
-			return nil, attempt, &teacherError{msg: ctx.Err().Error()}
-		}
+// asTeacherError reads what the client reported.
+func asTeacherError(err error) *teacherError {
+	var se *openai.StatusError
+	switch {
+	case errors.As(err, &se):
+		return &teacherError{status: se.Status, msg: se.Message}
+	case errors.Is(err, openai.ErrBadResponse):
+		return &teacherError{status: http.StatusOK, msg: "not a chat completion: " + err.Error()}
 	}
-}
-
-func (t *teacher) attempt(ctx context.Context, method, u string, body []byte) ([]byte, *teacherError) {
-	ctx, cancel := context.WithTimeout(ctx, t.o.RequestTimeout)
-	defer cancel()
-	var rd io.Reader
-	if body != nil {
-		rd = bytes.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, u, rd)
-	if err != nil {
-		return nil, &teacherError{msg: err.Error()}
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if t.o.APIKey != "" {
-		req.Header.Set("Authorization", "Bearer "+t.o.APIKey)
-	}
-	resp, err := t.client.Do(req)
-	if err != nil {
-		// Refused or reset connections, timeouts: the server is starting,
-		// restarting or overloaded.
-		return nil, &teacherError{msg: err.Error(), retryable: true}
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, &teacherError{msg: "reading the answer: " + err.Error(), retryable: true}
-	}
-	if resp.StatusCode == http.StatusOK {
-		return b, nil
-	}
-	e := &teacherError{status: resp.StatusCode, msg: errorMessage(b)}
-	switch s := resp.StatusCode; {
-	case s == http.StatusRequestTimeout, s == http.StatusTooManyRequests, s >= 500:
-		e.retryable = true
-		if secs, err := strconv.Atoi(strings.TrimSpace(resp.Header.Get("Retry-After"))); err == nil && secs > 0 {
-			e.retryAfter = time.Duration(secs) * time.Second
-		}
-	}
-	return nil, e
-}
-
-// errorMessage extracts an OpenAI-style error message, or a short piece of
-// the body.
-func errorMessage(b []byte) string {
-	var e struct {
-		Error json.RawMessage `json:"error"`
-		// Some servers (FastAPI) answer {"detail": ...}.
-		Detail json.RawMessage `json:"detail"`
-	}
-	if json.Unmarshal(b, &e) == nil {
-		var obj struct {
-			Message string `json:"message"`
-		}
-		var s string
-		switch {
-		case json.Unmarshal(e.Error, &obj) == nil && obj.Message != "":
-			return obj.Message
-		case json.Unmarshal(e.Error, &s) == nil && s != "":
-			return s
-		case len(e.Detail) > 0:
-			return string(e.Detail)
-		}
-	}
-	s := strings.TrimSpace(string(b))
-	if len(s) > 300 {
-		s = s[:300] + "…"
-	}
-	if s == "" {
-		s = "(empty body)"
-	}
-	return s
+	return &teacherError{msg: err.Error()}
 }
 
 // firstModel asks /v1/models for the served model's name.
 func (t *teacher) firstModel(ctx context.Context) (string, error) {
-	b, _, terr := t.do(ctx, http.MethodGet, t.modelsURL, nil)
-	if terr != nil {
-		return "", fmt.Errorf("data: distill: cannot list the teacher's models (%s): %v; pass --model", t.modelsURL, terr)
+	ids, err := t.api.Models(ctx)
+	if err != nil {
+		return "", fmt.Errorf("data: distill: cannot list the teacher's models (%s): %v; pass --model", t.api.URL("/models"), err)
 	}
-	var r struct {
-		Data []struct {
-			ID string `json:"id"`
-		} `json:"data"`
+	if len(ids) == 0 || ids[0] == "" {
+		return "", fmt.Errorf("data: distill: %s lists no model; pass --model", t.api.URL("/models"))
 	}
-	if err := json.Unmarshal(b, &r); err != nil || len(r.Data) == 0 || r.Data[0].ID == "" {
-		return "", fmt.Errorf("data: distill: %s lists no model; pass --model", t.modelsURL)
-	}
-	return r.Data[0].ID, nil
+	return ids[0], nil
 }
 
 // distillResult is the outcome of one job.
@@ -613,59 +499,25 @@ type assistantMessage struct {
 func (t *teacher) answer(ctx context.Context, j distillJob) distillResult {
 	o := t.o
 	res := distillResult{job: j}
-	req := map[string]any{}
-	for k, v := range o.ExtraBody {
-		req[k] = v
-	}
-	req["model"] = t.model
-	req["messages"] = j.p.messages
-	req["max_tokens"] = o.MaxTokens
-	req["temperature"] = o.Temperature
-	req["stream"] = false
-	req["chat_template_kwargs"] = map[string]any{"enable_thinking": o.EnableThinking}
+	temp := o.Temperature
+	req := &openai.ChatRequest{Model: t.model, Messages: j.p.messages, MaxTokens: o.MaxTokens, Temperature: &temp,
+		ChatTemplateKwargs: map[string]any{"enable_thinking": o.EnableThinking}, Extra: o.ExtraBody}
 	if o.TopP > 0 {
-		req["top_p"] = o.TopP
+		req.TopP = &o.TopP
 	}
-	body, err := json.Marshal(req)
-	if err != nil {
-		res.err = &teacherError{msg: "encoding the request: " + err.Error()}
-		return res
-	}
-	b, attempts, terr := t.do(ctx, http.MethodPost, t.chatURL, body)
+	resp, attempts, err := t.api.Chat(ctx, req)
 	res.attempts = attempts
 	if ctx.Err() != nil {
 		res.canceled = true
 		return res
 	}
-	if terr != nil {
-		res.err = terr
-		return res
-	}
-	var resp struct {
-		Choices []struct {
-			Message struct {
-				Content          *string `json:"content"`
-				ReasoningContent *string `json:"reasoning_content"`
-				Reasoning        *string `json:"reasoning"`
-			} `json:"message"`
-			FinishReason *string `json:"finish_reason"`
-		} `json:"choices"`
-		Usage json.RawMessage `json:"usage"`
-	}
-	if err := json.Unmarshal(b, &resp); err != nil || len(resp.Choices) == 0 {
-		msg := "no choices"
-		if err != nil {
-			msg = err.Error()
-		}
-		res.err = &teacherError{status: http.StatusOK, msg: "not a chat completion: " + msg}
+	if err != nil {
+		res.err = asTeacherError(err)
 		return res
 	}
 	c := resp.Choices[0]
-	reasoning, content := splitReasoning(c.Message.Content, c.Message.ReasoningContent, c.Message.Reasoning)
-	finish := ""
-	if c.FinishReason != nil {
-		finish = *c.FinishReason
-	}
+	m := c.Message
+	reasoning, content := splitReasoning(&m.Content, &m.ReasoningContent, &m.Reasoning)
 	msg := assistantMessage{Role: "assistant", Content: content}
 	if reasoning != "" {
 		msg.ReasoningContent = &reasoning
@@ -675,20 +527,18 @@ func (t *teacher) answer(ctx context.Context, j distillJob) distillResult {
 		res.err = &teacherError{msg: err.Error()}
 		return res
 	}
-	rec := &distillRecord{ID: j.p.id, FinishReason: finish, Usage: resp.Usage, Model: t.model}
+	rec := &distillRecord{ID: j.p.id, FinishReason: c.FinishReason, Model: t.model}
+	if resp.Usage != nil {
+		rec.Usage = resp.Usage.Raw
+		res.tokens = int64(resp.Usage.CompletionTokens)
+	}
 	if o.N > 1 {
 		k := j.sample
 		rec.Sample = &k
 	}
 	rec.Messages = append(append(make([]json.RawMessage, 0, len(j.p.messages)+1), j.p.messages...), mb)
-	res.truncated = finish == "length"
+	res.truncated = c.FinishReason == "length"
 	rec.Truncated = res.truncated
-	var u struct {
-		CompletionTokens int64 `json:"completion_tokens"`
-	}
-	if json.Unmarshal(resp.Usage, &u) == nil {
-		res.tokens = u.CompletionTokens
-	}
 	res.record = rec
 	return res
 }

@@ -656,27 +656,6 @@ func TestSplitReasoning(t *testing.T) {
 	}
 }
 
-func TestTeacherURLs(t *testing.T) {
-	cases := []struct{ in, chat, models, err string }{
-		{in: "http://localhost:8000", chat: "http://localhost:8000/v1/chat/completions", models: "http://localhost:8000/v1/models"},
-		{in: "http://h:1/v1/", chat: "http://h:1/v1/chat/completions", models: "http://h:1/v1/models"},
-		{in: "https://h/api/v1/chat/completions", chat: "https://h/api/v1/chat/completions", models: "https://h/api/v1/models"},
-		{in: "localhost:8000", err: "want an http(s) URL"},
-	}
-	for _, c := range cases {
-		chat, models, err := teacherURLs(c.in)
-		if c.err != "" {
-			if err == nil || !strings.Contains(err.Error(), c.err) {
-				t.Errorf("%s: err %v", c.in, err)
-			}
-			continue
-		}
-		if err != nil || chat != c.chat || models != c.models {
-			t.Errorf("%s: %s %s %v", c.in, chat, models, err)
-		}
-	}
-}
-
 func TestRepairJSONLRefusesForeignLines(t *testing.T) {
 	dir := t.TempDir()
 	p := writeTemp(t, dir, "out.jsonl", `{"id":"a","messages":[]}`+"\n"+"not json\n"+`{"id":"b"`)

@@ -7,13 +7,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"dllm/openai"
 )
 
 // Message is one prompt message in OpenAI's chat format.
-type Message struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
-}
+type Message = openai.Message
 
 // Item is one question of an eval file.
 type Item struct {

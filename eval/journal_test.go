@@ -20,7 +20,7 @@ func TestJournalResumes(t *testing.T) {
 	}}
 	ts := httptest.NewServer(f)
 	defer ts.Close()
-	cl := NewClient(ts.URL)
+	cl := newTestClient(t, ts.URL)
 	cl.Backoff, cl.Retries = time.Millisecond, 0
 	items := []Item{item("a", "add", "1+1", "2"), item("b", "add", "2+2", "4"), item("c", "add", "3+3", "6"), item("d", "add", "bad", "1")}
 	path := filepath.Join(t.TempDir(), "r.json.partial.jsonl")

@@ -189,7 +189,7 @@ func TestLCBRun(t *testing.T) {
 	f := &fakeServer{asked: map[string]int{}, replies: replies}
 	ts := httptest.NewServer(f)
 	defer ts.Close()
-	cl := NewClient(ts.URL)
+	cl := newTestClient(t, ts.URL)
 	cl.Backoff = time.Millisecond
 	if _, err := Run(context.Background(), Options{Client: cl, Items: items, Chance: chance}); err == nil || !strings.Contains(err.Error(), "no sandbox") {
 		t.Errorf("a run without a sandbox: %v", err)

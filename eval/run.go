@@ -9,12 +9,14 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"dllm/openai"
 )
 
 // Options configure Run.
 type Options struct {
 	// Client is the server to ask.
-	Client *Client
+	Client *openai.Client
 	// Items are the questions, in file order.
 	Items []Item
 	// Chance gives a task's chance level; tasks not in it get
@@ -209,12 +211,12 @@ func ask(ctx context.Context, o *Options, it *Item) (ItemResult, error) {
 		s := *seed + int64(it.Repeat)
 		seed = &s
 	}
-	req := &ChatRequest{Model: o.Model, Messages: it.Messages, MaxTokens: o.MaxTokens, Temperature: o.Temperature, Seed: seed, Extra: o.Extra}
+	req := &openai.ChatRequest{Model: o.Model, Messages: openai.Messages(it.Messages...), MaxTokens: o.MaxTokens, Temperature: o.Temperature, Seed: seed, Extra: o.Extra}
 	if o.EnableThinking != nil {
 		req.ChatTemplateKwargs = map[string]any{"enable_thinking": *o.EnableThinking}
 	}
 	t0 := time.Now()
-	resp, err := o.Client.Chat(ctx, req)
+	resp, _, err := o.Client.Chat(ctx, req)
 	r.Seconds = time.Since(t0).Seconds()
 	if err != nil {
 		r.Error = err.Error()

@@ -3,6 +3,7 @@ package eval
 import (
 	"bytes"
 	"context"
+	"dllm/openai"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -92,7 +93,7 @@ func TestRun(t *testing.T) {
 		item("a4", "add", "4+4", "8"), item("a5", "add", "bad", "1"),
 		item("m1", "mcq", "which", "B", "x", "y", "z", "w"),
 	}
-	cl := NewClient(ts.URL + "/v1/")
+	cl := newTestClient(t, ts.URL+"/v1/")
 	cl.Backoff = time.Millisecond
 	temp, think := 0.0, true
 	var prog bytes.Buffer
@@ -152,7 +153,7 @@ func TestUnreachable(t *testing.T) {
 	}
 	addr := l.Addr().String()
 	l.Close() // nothing listens there now
-	cl := NewClient("http://" + addr)
+	cl := newTestClient(t, "http://"+addr)
 	cl.Retries, cl.Backoff = 1, time.Millisecond
 	if _, err := cl.Models(context.Background()); err == nil || !strings.Contains(err.Error(), "cannot reach") {
 		t.Fatalf("error %v", err)
@@ -192,4 +193,15 @@ func TestCompareAndPrint(t *testing.T) {
 	if err != nil || back.Tasks[0].Accuracy != 0.6 || *back.Tasks[0].TPF != 3 {
 		t.Fatalf("%+v %v", back, err)
 	}
+}
+
+// newTestClient is a client of url that retries without waiting long.
+func newTestClient(t *testing.T, url string) *openai.Client {
+	t.Helper()
+	cl, err := openai.New(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl.Backoff, cl.MaxBackoff = time.Millisecond, time.Millisecond
+	return cl
 }

@@ -103,7 +103,7 @@ func TestSuiteRun(t *testing.T) {
 	f := &fakeServer{asked: map[string]int{}, replies: replies}
 	ts := httptest.NewServer(f)
 	defer ts.Close()
-	cl := NewClient(ts.URL)
+	cl := newTestClient(t, ts.URL)
 	cl.Backoff = time.Millisecond
 	rep, err := Run(context.Background(), Options{Client: cl, Items: items, Chance: chance, Concurrency: 2, Model: "m"})
 	if err != nil {
@@ -191,7 +191,7 @@ func TestSuiteSamples(t *testing.T) {
 	f := &fakeServer{asked: map[string]int{}, replies: map[string]fakeReply{}}
 	ts := httptest.NewServer(f)
 	defer ts.Close()
-	cl := NewClient(ts.URL)
+	cl := newTestClient(t, ts.URL)
 	cl.Backoff = time.Millisecond
 	seed := int64(100)
 	if _, err := Run(context.Background(), Options{Client: cl, Items: items[:3], Concurrency: 1, Model: "m", Seed: &seed}); err != nil {

@@ -8,32 +8,9 @@ import (
 	"runtime"
 	"strconv"
 
+	"dllm/serve/api"
 	"dllm/torch"
 )
-
-// debugStats is the body of GET /debug/stats (Config.DebugStats): what a
-// load test samples to tell a leak from a warm-up. Memory figures are
-// bytes.
-type debugStats struct {
-	Goroutines int    `json:"goroutines"`
-	HeapAlloc  uint64 `json:"heap_alloc_bytes"`
-	HeapInuse  uint64 `json:"heap_inuse_bytes"`
-	HeapObjs   uint64 `json:"heap_objects"`
-	GoSys      uint64 `json:"go_sys_bytes"`
-	NumGC      uint32 `json:"num_gc"`
-	// RSS and RSSPeak are the process's resident memory (VmRSS, VmHWM from
-	// /proc/self/status), libtorch's included; 0 where there is no /proc.
-	RSS     int64 `json:"rss_bytes"`
-	RSSPeak int64 `json:"rss_peak_bytes"`
-	// OpenFDs counts /proc/self/fd entries (-1 where there is no /proc):
-	// connections and files.
-	OpenFDs int `json:"open_fds"`
-	// LiveTensors counts libtorch tensors not yet freed (-1 without libtorch).
-	LiveTensors int64  `json:"live_tensors"`
-	Running     int    `json:"running"`
-	Waiting     int    `json:"waiting"`
-	Requests    uint64 `json:"requests"`
-}
 
 // handleDebugStats reports the process's resources. With ?gc=1 it runs a
 // garbage collection first, so that the heap figures count live memory.
@@ -43,9 +20,9 @@ func (s *Server) handleDebugStats(w http.ResponseWriter, r *http.Request) {
 	}
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	st := debugStats{
+	st := api.DebugStats{
 		Goroutines: runtime.NumGoroutine(),
-		HeapAlloc:  ms.HeapAlloc, HeapInuse: ms.HeapInuse, HeapObjs: ms.HeapObjects,
+		HeapAlloc:  ms.HeapAlloc, HeapInuse: ms.HeapInuse, HeapObjects: ms.HeapObjects,
 		GoSys: ms.Sys, NumGC: ms.NumGC,
 		OpenFDs: -1, LiveTensors: -1,
 		Requests: s.requests.Load(),

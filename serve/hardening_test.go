@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"dllm/diffusion"
+	"dllm/serve/api"
 )
 
 // TestContentType: a body declared as anything but JSON is a 415 before
@@ -284,7 +285,7 @@ func TestDebugStats(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("status %d: %s", resp.StatusCode, b)
 	}
-	var st debugStats
+	var st api.DebugStats
 	if err := json.Unmarshal(b, &st); err != nil {
 		t.Fatal(err)
 	}

@@ -1,17 +1,12 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
-	"maps"
 	"math/rand/v2"
-	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -24,6 +19,7 @@ import (
 
 	"dllm/diffusion"
 	"dllm/model"
+	"dllm/openai"
 	"dllm/torch"
 )
 
@@ -449,9 +445,9 @@ type serverRequest struct {
 }
 
 func benchDecodeServer(ctx context.Context, c *cli.Command) error {
-	base := strings.TrimSuffix(strings.TrimSuffix(c.String("server"), "/"), "/v1")
-	if !strings.HasPrefix(base, "http://") && !strings.HasPrefix(base, "https://") {
-		return fmt.Errorf("--server %q: want an http:// or https:// URL", c.String("server"))
+	api, err := openai.New(c.String("server"))
+	if err != nil {
+		return fmt.Errorf("--server: %w", err)
 	}
 	switch {
 	case c.Int("max-tokens") < 1:
@@ -461,39 +457,38 @@ func benchDecodeServer(ctx context.Context, c *cli.Command) error {
 	case c.Int("requests") < 1:
 		return fmt.Errorf("--requests %d must be at least 1", c.Int("requests"))
 	}
-	client := &http.Client{Timeout: c.Duration("timeout")}
+	api.HTTP.Timeout = c.Duration("timeout")
 	name := c.String("model")
 	if name == "" {
-		// vLLM and others refuse a request for a model they do not serve.
-		var err error
-		if name, err = servedModel(ctx, client, base); err != nil {
+		// vLLM and others refuse a request for a model they do not serve;
+		// dllm serves whatever it is asked for, and a server that lists
+		// none is asked without a name.
+		ids, err := api.Models(ctx)
+		if openai.Unreachable(err) {
 			return err
 		}
+		if len(ids) > 0 {
+			name = ids[0]
+		}
 	}
-	body := map[string]any{
-		"messages":       []map[string]string{{"role": "user", "content": benchPromptText(c.Int("prompt-tokens"))}},
-		"max_tokens":     c.Int("max-tokens"),
-		"temperature":    c.Float("temperature"),
-		"stream":         true,
-		"stream_options": map[string]bool{"include_usage": true},
-	}
-	if name != "" {
-		body["model"] = name
-	}
+	temp := c.Float("temperature")
+	req := &openai.ChatRequest{Model: name, MaxTokens: c.Int("max-tokens"), Temperature: &temp,
+		Messages:      openai.Messages(openai.Message{Role: "user", Content: benchPromptText(c.Int("prompt-tokens"))}),
+		StreamOptions: &openai.StreamOptions{IncludeUsage: true}, Extra: map[string]any{}}
 	if c.IsSet("tokens-per-step") {
-		body["tokens_per_step"] = c.Int("tokens-per-step")
+		req.Extra["tokens_per_step"] = c.Int("tokens-per-step")
 	}
 	if c.IsSet("threshold") {
-		body["threshold"] = c.Float("threshold")
+		req.Extra["threshold"] = c.Float("threshold")
 	}
 	if c.Bool("ignore-eos") {
-		body["ignore_eos"] = true
+		req.Extra["ignore_eos"] = true
 	}
 	// One short request first: the server's first request may pay for
 	// warm-ups of its own.
-	warm := maps.Clone(body)
-	warm["max_tokens"] = 8
-	if _, err := timeChat(ctx, client, base, warm); err != nil {
+	warm := *req
+	warm.MaxTokens = 8
+	if _, err := timeChat(ctx, api, &warm); err != nil {
 		return err
 	}
 	w := c.Root().Writer
@@ -502,11 +497,11 @@ func benchDecodeServer(ctx context.Context, c *cli.Command) error {
 	}
 	var all []serverRequest
 	for i := range c.Int("requests") {
-		r, err := timeChat(ctx, client, base, body)
+		r, err := timeChat(ctx, api, req)
 		if err != nil {
 			return fmt.Errorf("request %d: %w", i+1, err)
 		}
-		r.Server, r.Model = base, name
+		r.Server, r.Model = strings.TrimSuffix(api.Base, "/v1"), name
 		all = append(all, *r)
 		if c.Bool("json") {
 			if err := json.NewEncoder(w).Encode(r); err != nil {
@@ -545,91 +540,13 @@ func summarise(rs []serverRequest) serverRequest {
 	}
 }
 
-// servedModel is the first model GET /v1/models lists, or "" when the
-// server does not list any (dllm serves whatever it is asked for).
-func servedModel(ctx context.Context, client *http.Client, base string) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/models", nil)
-	if err != nil {
-		return "", err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return "", fmt.Errorf("server: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return "", nil
-	}
-	var list struct {
-		Data []struct {
-			ID string `json:"id"`
-		} `json:"data"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil || len(list.Data) == 0 {
-		return "", nil
-	}
-	return list.Data[0].ID, nil
-}
-
 // timeChat sends one streamed chat completion and times it: the first
 // token is the first chunk that carries text (content or reasoning).
-func timeChat(ctx context.Context, client *http.Client, base string, body map[string]any) (*serverRequest, error) {
-	b, err := json.Marshal(body)
-	if err != nil {
-		return nil, err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/chat/completions", bytes.NewReader(b))
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "text/event-stream")
-	start := time.Now()
-	resp, err := client.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("server: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 2048))
-		return nil, fmt.Errorf("server answered %s: %s", resp.Status, bytes.TrimSpace(msg))
-	}
+func timeChat(ctx context.Context, api *openai.Client, req *openai.ChatRequest) (*serverRequest, error) {
 	r := &serverRequest{Kind: "request", Counted: "chunks"}
 	var first time.Duration
-	done := false
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 16<<20)
-	for sc.Scan() {
-		data, ok := strings.CutPrefix(sc.Text(), "data:")
-		if !ok {
-			continue // blank separators, comments, event names
-		}
-		data = strings.TrimSpace(data)
-		if data == "[DONE]" {
-			done = true
-			break
-		}
-		var ch struct {
-			Choices []struct {
-				Delta struct {
-					Content          string `json:"content"`
-					ReasoningContent string `json:"reasoning_content"`
-					Reasoning        string `json:"reasoning"`
-				} `json:"delta"`
-				FinishReason *string `json:"finish_reason"`
-			} `json:"choices"`
-			Usage *struct {
-				PromptTokens     int `json:"prompt_tokens"`
-				CompletionTokens int `json:"completion_tokens"`
-			} `json:"usage"`
-			Error json.RawMessage `json:"error"`
-		}
-		if err := json.Unmarshal([]byte(data), &ch); err != nil {
-			return nil, fmt.Errorf("server sent a chunk that is not JSON: %v: %.200s", err, data)
-		}
-		if len(ch.Error) > 0 && string(ch.Error) != "null" {
-			return nil, fmt.Errorf("server error in the stream: %s", ch.Error)
-		}
+	start := time.Now()
+	err := api.Stream(ctx, req, func(ch *openai.Chunk) error {
 		for _, c := range ch.Choices {
 			if d := c.Delta; d.Content != "" || d.ReasoningContent != "" || d.Reasoning != "" {
 				if r.Chunks == 0 {
@@ -644,13 +561,11 @@ func timeChat(ctx context.Context, client *http.Client, base string, body map[st
 		if ch.Usage != nil {
 			r.PromptTokens, r.CompletionTokens, r.Counted = ch.Usage.PromptTokens, ch.Usage.CompletionTokens, "usage"
 		}
-	}
+		return nil
+	})
 	total := time.Since(start)
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("reading the stream: %w", err)
-	}
-	if !done {
-		return nil, fmt.Errorf("the stream ended without data: [DONE]")
+	if err != nil {
+		return nil, fmt.Errorf("server: %w", err)
 	}
 	if r.Counted == "chunks" {
 		r.CompletionTokens = r.Chunks

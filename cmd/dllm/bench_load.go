@@ -11,6 +11,7 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"dllm/serve/api"
 	"dllm/serve/loadgen"
 )
 
@@ -139,13 +140,13 @@ func printLoadReport(w io.Writer, cfg loadgen.Config, rep *loadgen.Report) {
 	fmt.Fprintln(w)
 	rows := []struct {
 		name string
-		f    func(loadgen.ServerStats) string
+		f    func(api.DebugStats) string
 	}{
-		{"goroutines", func(s loadgen.ServerStats) string { return strconv.Itoa(s.Goroutines) }},
-		{"heap in use MiB", func(s loadgen.ServerStats) string { return fmt.Sprintf("%.1f", float64(s.HeapInuse)/(1<<20)) }},
-		{"RSS MiB", func(s loadgen.ServerStats) string { return fmt.Sprintf("%.1f", float64(s.RSS)/(1<<20)) }},
-		{"open files", func(s loadgen.ServerStats) string { return strconv.Itoa(s.OpenFDs) }},
-		{"live tensors", func(s loadgen.ServerStats) string { return strconv.FormatInt(s.LiveTensors, 10) }},
+		{"goroutines", func(s api.DebugStats) string { return strconv.Itoa(s.Goroutines) }},
+		{"heap in use MiB", func(s api.DebugStats) string { return fmt.Sprintf("%.1f", float64(s.HeapInuse)/(1<<20)) }},
+		{"RSS MiB", func(s api.DebugStats) string { return fmt.Sprintf("%.1f", float64(s.RSS)/(1<<20)) }},
+		{"open files", func(s api.DebugStats) string { return strconv.Itoa(s.OpenFDs) }},
+		{"live tensors", func(s api.DebugStats) string { return strconv.FormatInt(s.LiveTensors, 10) }},
 	}
 	for _, row := range rows {
 		fmt.Fprintf(w, "%-16s", row.name)

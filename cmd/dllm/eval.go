@@ -16,6 +16,7 @@ import (
 	"golang.org/x/term"
 
 	"dllm/eval"
+	"dllm/openai"
 )
 
 func evalCommand() *cli.Command {
@@ -215,9 +216,12 @@ func runEval(ctx context.Context, c *cli.Command) error {
 		}
 	}
 
-	cl := eval.NewClient(c.String("server"))
+	cl, err := openai.New(c.String("server"))
+	if err != nil {
+		return fmt.Errorf("eval: --server: %w", err)
+	}
 	cl.APIKey, cl.Retries = c.String("api-key"), c.Int("retries")
-	cl.HTTP.Timeout = c.Duration("request-timeout")
+	cl.AttemptTimeout = c.Duration("request-timeout")
 	models, err := cl.Models(ctx)
 	if err != nil {
 		return fmt.Errorf("eval: %w", err)

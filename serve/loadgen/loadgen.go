@@ -26,6 +26,9 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"dllm/openai"
+	"dllm/serve/api"
 )
 
 // Config sets up a run; zero fields take the defaults noted.
@@ -73,29 +76,12 @@ var mix = []struct {
 	{KindAbortWhole, 7}, {KindBad, 20}, {KindInfo, 5},
 }
 
-// ServerStats is the body of dllm serve's GET /debug/stats.
-type ServerStats struct {
-	Goroutines  int    `json:"goroutines"`
-	HeapAlloc   uint64 `json:"heap_alloc_bytes"`
-	HeapInuse   uint64 `json:"heap_inuse_bytes"`
-	HeapObjects uint64 `json:"heap_objects"`
-	GoSys       uint64 `json:"go_sys_bytes"`
-	NumGC       uint32 `json:"num_gc"`
-	RSS         int64  `json:"rss_bytes"`
-	RSSPeak     int64  `json:"rss_peak_bytes"`
-	OpenFDs     int    `json:"open_fds"`
-	LiveTensors int64  `json:"live_tensors"`
-	Running     int    `json:"running"`
-	Waiting     int    `json:"waiting"`
-	Requests    uint64 `json:"requests"`
-}
-
 // Sample is the server's stats at one moment of the run.
 type Sample struct {
 	// Phase is "start", "middle" or "end" (idle, after a GC) or "load".
-	Phase string        `json:"phase"`
-	At    time.Duration `json:"at_ns"` // since the run began
-	Stats ServerStats   `json:"stats"`
+	Phase string         `json:"phase"`
+	At    time.Duration  `json:"at_ns"` // since the run began
+	Stats api.DebugStats `json:"stats"`
 }
 
 // Latency summarises durations, in milliseconds.
@@ -156,13 +142,13 @@ type Report struct {
 }
 
 // Idle returns the idle sample of a phase ("start", "middle", "end").
-func (r *Report) Idle(phase string) (ServerStats, bool) {
+func (r *Report) Idle(phase string) (api.DebugStats, bool) {
 	for _, s := range r.Samples {
 		if s.Phase == phase {
 			return s.Stats, true
 		}
 	}
-	return ServerStats{}, false
+	return api.DebugStats{}, false
 }
 
 // runner is one run's shared state.
@@ -315,12 +301,12 @@ func (r *runner) get(ctx context.Context, path string) (*response, error) {
 
 // stats reads /debug/stats (after a GC when gc); false when the server has
 // none.
-func (r *runner) stats(ctx context.Context, gc bool) (ServerStats, bool) {
+func (r *runner) stats(ctx context.Context, gc bool) (api.DebugStats, bool) {
 	path := "/debug/stats"
 	if gc {
 		path += "?gc=1"
 	}
-	var st ServerStats
+	var st api.DebugStats
 	resp, err := r.get(ctx, path)
 	if err != nil || resp.StatusCode != http.StatusOK || json.Unmarshal(resp.body, &st) != nil {
 		return st, false
@@ -332,7 +318,7 @@ func (r *runner) stats(ctx context.Context, gc bool) (ServerStats, bool) {
 // or waiting, the goroutine count steady) and records its stats.
 func (r *runner) idleSample(ctx context.Context, phase string) {
 	r.client.CloseIdleConnections() // the server's connection goroutines end
-	var st, prev ServerStats
+	var st, prev api.DebugStats
 	deadline := time.Now().Add(15 * time.Second)
 	for i := 0; ; i++ {
 		st, _ = r.stats(ctx, true)
@@ -348,7 +334,7 @@ func (r *runner) idleSample(ctx context.Context, phase string) {
 	r.addSample(phase, st)
 }
 
-func (r *runner) addSample(phase string, st ServerStats) {
+func (r *runner) addSample(phase string, st api.DebugStats) {
 	s := Sample{Phase: phase, At: time.Since(r.begin), Stats: st}
 	r.mu.Lock()
 	r.report.Samples = append(r.report.Samples, s)
@@ -514,15 +500,11 @@ func (r *runner) post(ctx context.Context, path, contentType string, body io.Rea
 var prompts = []string{"Hi", "Tell me a story about a boat.", "What is 2+2?", "Write a haiku on autumn.", "数学", "Explain diffusion models in one line."}
 
 func (r *runner) chatBody(rng *rand.Rand, stream bool) string {
-	b, _ := json.Marshal(map[string]any{
-		"model":          r.cfg.Model,
-		"messages":       []map[string]string{{"role": "user", "content": prompts[rng.IntN(len(prompts))]}},
-		"max_tokens":     1 + rng.IntN(r.cfg.MaxTokens),
-		"temperature":    []float64{0, 0.7, 1}[rng.IntN(3)],
-		"seed":           rng.IntN(1000),
-		"stream":         stream,
-		"stream_options": map[string]bool{"include_usage": true},
-	})
+	temp, seed := []float64{0, 0.7, 1}[rng.IntN(3)], int64(rng.IntN(1000))
+	req := openai.ChatRequest{Model: r.cfg.Model, MaxTokens: 1 + rng.IntN(r.cfg.MaxTokens), Temperature: &temp, Seed: &seed,
+		Messages: openai.Messages(openai.Message{Role: "user", Content: prompts[rng.IntN(len(prompts))]}),
+		Stream:   stream, StreamOptions: &openai.StreamOptions{IncludeUsage: true}}
+	b, _ := json.Marshal(req)
 	return string(b)
 }
 
@@ -577,16 +559,10 @@ func (r *runner) whole(ctx context.Context, kind string, rng *rand.Rand) (o outc
 	}
 	switch resp.StatusCode {
 	case http.StatusOK:
-		var c struct {
-			Choices []struct {
-				FinishReason string `json:"finish_reason"`
-			} `json:"choices"`
-			Usage struct {
-				CompletionTokens int `json:"completion_tokens"`
-			} `json:"usage"`
-		}
+		// Chat and text completions share these fields.
+		var c openai.ChatResponse
 		// A model may stop at once (eos first): no tokens, finish "stop".
-		if json.Unmarshal(b, &c) != nil || len(c.Choices) != 1 || (c.Choices[0].FinishReason != "stop" && c.Choices[0].FinishReason != "length") ||
+		if json.Unmarshal(b, &c) != nil || len(c.Choices) != 1 || c.Usage == nil || (c.Choices[0].FinishReason != "stop" && c.Choices[0].FinishReason != "length") ||
 			c.Usage.CompletionTokens < 0 || c.Usage.CompletionTokens > r.cfg.MaxTokens ||
 			(c.Usage.CompletionTokens == 0 && c.Choices[0].FinishReason != "stop") {
 			o.problem = "malformed 200: " + trim(b)
