@@ -4,8 +4,8 @@
 // loads, launched as 16 clusters of 8, 32 of 4, 64 of 2 and unclustered,
 // with dynamic shared memory that lets 1 or 2 CTAs share an SM. Prints the
 // SMs holding 2 CTAs and the median time (cudaEvent times of the kernel
-// alone, its launch included). docs/benchmarks.md has the figures
-// (seventeenth session). nvcc -O2 -arch=sm_90 -o /tmp/cp
+// alone, its launch included). docs/history.md has the figures.
+// nvcc -O2 -arch=sm_90 -o /tmp/cp
 // scripts/cluster_place_probe.cu && /tmp/cp
 #include <algorithm>
 #include <cstdio>

@@ -1,5 +1,5 @@
 // Can a GEMM of our own whose weights arrive by the copy engine beat cuBLAS
-// at 32 rows? The fifth to tenth sessions' GEMMs fed their weights through
+// at 32 rows? The earlier GEMMs fed their weights through
 // cp.async or plain loads, 16 bytes an instruction, and none streamed more
 // than ~14-25 GB/s an SM. Here the weights come into shared memory by
 // Hopper's asynchronous copies into a ring of stages (mbarriers; a copier
@@ -25,7 +25,7 @@
 // (wrong results; the streaming alone), "hot" times one weight copy over
 // and over. Last, a layer's matmuls one after the other as the decoder
 // runs them, all cuBLAS's or all ours (with PDL and without).
-// docs/performance.md has the figures (fourteenth session).
+// docs/history.md has the figures.
 //
 //     NV=$(python3 -c 'import torch,os;print(os.path.dirname(os.path.dirname(torch.__file__)))')/nvidia/cu13/lib
 //     nvcc -O2 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o /tmp/pb scripts/gemm_bulk_probe.cu -L$NV \

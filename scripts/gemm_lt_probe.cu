@@ -5,7 +5,7 @@
 // cannot serve repeated reads (as scripts/gpu_gemm_probe.py). The question
 // it answers: does a per-shape algorithm choice beat cuBLAS's default at
 // 1-64 rows, and by how much a layer. LT_HEAD=1 times the head's matmul
-// (130,560 x 2048) instead. docs/performance.md has the figures.
+// (130,560 x 2048) instead. docs/history.md has the figures.
 //
 //     NV=$(python3 -c 'import torch,os;print(os.path.dirname(os.path.dirname(torch.__file__)))')/nvidia/cu13/lib
 //     nvcc -O2 -std=c++17 -arch=sm_90 -o /tmp/p scripts/gemm_lt_probe.cu -L$NV \

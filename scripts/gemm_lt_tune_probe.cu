@@ -1,5 +1,5 @@
 // The block step's skinny matmuls (32 and 64 rows) through cuBLASLt beyond
-// what its heuristic offers by default. The timeline (docs/performance.md)
+// what its heuristic offers by default. The timeline (docs/history.md)
 // shows cuBLAS's picks filling few SMs: gate-up 96 CTAs of 128 x 32 on 132
 // SMs at ~2.8 TB/s, QKV and output 64-80 CTAs at ~1.5 TB/s. Two ways to
 // other kernels: (a) the heuristic told the GPU has more SMs than it has

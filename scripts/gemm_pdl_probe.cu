@@ -15,7 +15,7 @@
 // skgemm_kernel (persistent, the weights through a cp.async ring). It
 // prints each alone, after the stand-in (also with an all-shared L1
 // carveout), without its sums, without PDL, and its error against
-// cuBLAS. docs/performance.md has the figures (a first cut that summed
+// cuBLAS. docs/history.md has the figures (a first cut that summed
 // through global memory is in its history, commit 30e822c).
 //
 //     NV=$(python3 -c 'import torch,os;print(os.path.dirname(os.path.dirname(torch.__file__)))')/nvidia/cu13/lib

@@ -36,7 +36,7 @@ else
 	rm -f bin/libdllmtorch.so
 	make --no-print-directory shim TORCH="$TORCH" || exit 1
 	echo "shim build: $(( ($(date +%s%N) - t0) / 1000000 )) ms"
-	# Brought back so that a later session can skip the build (KEEP_SHIM=1).
+	# Brought back so that a later call can skip the build (KEEP_SHIM=1).
 	[ -n "${OUT:-}" ] && cp bin/libdllmtorch.so "$OUT/"
 fi
 bin/dllm version --smoke --device cuda || exit 1

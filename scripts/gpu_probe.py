@@ -2,7 +2,7 @@
 measurement with PyTorch, not the product): each matmul of a MiniCPM5-2B
 layer at 1 and 32 rows and FlashAttention over 1k-32k keys, each in a CUDA
 graph replayed many times, against the time a single read of its bytes
-takes at the measured copy bandwidth. docs/performance.md uses it to say
+takes at the measured copy bandwidth. docs/history.md uses it to say
 where a decode step's time goes.
 
     python3 scripts/gpu_probe.py

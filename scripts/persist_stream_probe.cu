@@ -1,6 +1,6 @@
 // Could one persistent kernel a forward stream a layer's weights faster
 // than the decoder's chain of kernels? The chain's four projections move
-// 94.4 MB a layer at ~2.4 TB/s (38.8 us at 1k, seventeenth session) where
+// 94.4 MB a layer at ~2.4 TB/s (38.8 us at 1k) where
 // TMA copies alone reach ~3.9; between two kernels the next one's copies
 // stop after its first stages until the kernel before has ended, and
 // during the attention HBM idles. A persistent kernel's copier need never

@@ -15,7 +15,7 @@
 // - the layer's chain (output, gate-up with SiLU, down, next QKV; PDL)
 //   after a stand-in for the attention's merge.
 //
-// docs/performance.md has the figures (fifteenth session; packed weights,
+// docs/history.md has the figures (packed weights,
 // each box one run of bytes, were measured by this probe's first form at
 // commit 0a0626e: no faster).
 //

@@ -1425,7 +1425,7 @@ struct Decoder {
 #ifdef DLLM_CUDNN_ATTN
       // cuDNN's call is a memset and its kernel; as a graph node between
       // RoPE and that kernel the memset costs ~5 us a layer (H200 trace,
-      // docs/performance.md), as a kernel node ~1. So the graph is kept
+      // docs/history.md), as a kernel node ~1. So the graph is kept
       // uninstantiated until its memset nodes are kernel nodes; with
       // fill_lift those depend on the QKV projection instead of RoPE, and
       // run beside RoPE. That is safe because what the memset zeroes is
@@ -1675,7 +1675,7 @@ struct Decoder {
 
   // Without cudnn_tiles the cuDNN path cuts a bucket of Sb slots into
   // chunks(Sb) chunks (DLLM_CUDNN_TILES=0, to measure): 16 up to 8k keys,
-  // else 32 (docs/performance.md). Such buckets are kCudnnGrain slots.
+  // else 32 (docs/history.md). Such buckets are kCudnnGrain slots.
   static constexpr int64_t kCudnnGrain = 2048, kCudnnTile = 128;
   int64_t chunks(int64_t Sb) const { return cudnn_chunks > 0 ? cudnn_chunks : Sb <= 8192 ? 16 : 32; }
   static int64_t cudnn_ceil(int64_t n) { return (n + kCudnnGrain - 1) / kCudnnGrain * kCudnnGrain; }

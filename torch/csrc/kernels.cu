@@ -1374,8 +1374,7 @@ cudaError_t graph_neighbours(cudaGraphNode_t node, bool in, std::vector<cudaGrap
 // every row past M is dropped). K is split over a thread
 // block cluster whose partial products meet in shared memory; each CTA
 // sums 1/KS of them in rank order (deterministic). Measured against cuBLAS
-// with scripts/gemm_bulk_probe.cu (docs/performance.md, fourteenth
-// session). Needs sm_90a (DLLM_SM90A: the Makefile builds it where nvcc
+// with scripts/gemm_bulk_probe.cu (docs/history.md). Needs sm_90a (DLLM_SM90A: the Makefile builds it where nvcc
 // knows the target); elsewhere the kernels trap and the host never
 // launches them.
 
@@ -1489,7 +1488,7 @@ template <int NJ> __device__ inline void wg_wait(float (&d)[NJ][4]) {
 // b (NW x 16)^T, bf16, both K-major in shared memory (descriptors); one
 // register operand per accumulator value, so one asm form per tile height:
 // 32-row wgmmas for every height (one form) re-read x's tile per call and
-// cost 6% end to end (docs/performance.md).
+// cost 6% end to end (docs/history.md).
 template <int NW> __device__ inline void wgmma_ss(float (&d)[NW / 8][4], uint64_t a, uint64_t b);
 template <> __device__ inline void wgmma_ss<64>(float (&d)[8][4], uint64_t a, uint64_t b) {
 #ifdef DLLM_TMA_DEVICE
@@ -1838,8 +1837,8 @@ template <int ST> constexpr size_t tgemm_gu_smem() { return 1024 + size_t(ST + 1
 // --- A block step's post-attention sublayers in one persistent kernel ---------
 //
 // tpost_kernel is, in one grid of F / 48 CTAs (one an SM, no clusters: at
-// one CTA an SM the H200 holds only 15 clusters of 8, the seventeenth
-// session's fused MLP), what three kernels did: the output projection with
+// one CTA an SM the H200 holds only 15 clusters of 8, an earlier
+// fused MLP), what three kernels did: the output projection with
 // the residual add (tgemm_kernel<64, 4>; optional), gate-up with its SiLU
 // step (tgemm_gu_kernel) and the down projection with the residual add
 // (tgemm_kernel<128, 8>); optionally also the next layer's QKV
@@ -1850,7 +1849,7 @@ template <int ST> constexpr size_t tgemm_gu_smem() { return 1024 + size_t(ST + 1
 // kernels' bit for bit, each CTA multiplying the same chunks in the same
 // order. (Summing each slice in the CTA that stores its last part, found
 // with a counter, saves two barriers but was slower: one CTA sums 8 parts
-// of 128 columns in ~5 us; scripts/mlp_probe.cu, eighteenth session.)
+// of 128 columns in ~5 us; scripts/mlp_probe.cu.)
 // What it gains: the copier never waits for a phase to end before
 // fetching the next phase's weights, which depend on nothing (the output
 // projection's all and gate-up's first before the PDL wait, during the

@@ -158,7 +158,7 @@ int dtk_set_ids(int64_t *ids, int64_t *pos, const int64_t *host_ids, int64_t n, 
 // instantiated) with a kernel node that writes the same bytes, on the same
 // edges; *replaced is how many. cuDNN's attention issues a small memset
 // before its kernel, and a memset node between two kernels costs the
-// step ~4 us more than a kernel there (docs/performance.md). With lift the
+// step ~4 us more than a kernel there (docs/history.md). With lift the
 // kernel depends on what the memset's dependencies depend on instead, so
 // that it runs beside them (they then precede the memset's dependents
 // directly): only where what the memset writes is no memory they use.
