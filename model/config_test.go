@@ -15,7 +15,7 @@ func TestLoadConfigMiniCPM5(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Facts from CONTRACT.md ("MiniCPM5-2B facts").
+	// MiniCPM5-2B's published facts (its model card and config.json).
 	want := Config{
 		Architecture: "LlamaForCausalLM", ModelType: "llama",
 		VocabSize: 130560, HiddenSize: 2048, IntermediateSize: 6144,

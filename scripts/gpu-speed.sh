@@ -22,7 +22,7 @@
 #                     setting of its own
 #   TEST_AB=DLLM_GEMV=0   also run the tests with this setting (same form;
 #                     DLLM_TORCH_LIB=/abs/x.so runs them on another shim)
-#   PROBES=gpu_attn_probe.py   scripts to run first (exactness and timing;
+#   PROBES=gpu_attn_probe.py   probes (probes/) to run first (exactness and timing;
 #                     .cu ones, e.g. gemm_pdl_probe.cu, built with nvcc and
 #                     stopped after 300 s: a probe with a grid barrier can hang)
 #   KEEP_SHIM=1       reuse bin/libdllmtorch.so
@@ -54,11 +54,11 @@ for p in ${PROBES-}; do
 	*.cu)
 		NV=$($PY -c 'import torch,os;print(os.path.dirname(os.path.dirname(torch.__file__)))')/nvidia/cu13/lib
 		CU=${CUDA_HOME:-/usr/local/cuda}
-		$CU/bin/nvcc -O2 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o /tmp/${p%.cu} scripts/$p -L"$NV" \
+		$CU/bin/nvcc -O2 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o /tmp/${p%.cu} probes/$p -L"$NV" \
 			-l:libcublas.so.13 -l:libcublasLt.so.13 -Xlinker -rpath="$NV" 2>&1 | grep -E "error" &&
 			echo "$p: build failed"
 		[ -x /tmp/${p%.cu} ] && timeout 300 /tmp/${p%.cu} 2>&1 | sed "s/^/$p: /" ;;
-	*) PYTHONPATH=scripts $PY scripts/$p 2>&1 | sed "s/^/$p: /" ;;
+	*) PYTHONPATH=probes $PY probes/$p 2>&1 | sed "s/^/$p: /" ;;
 	esac
 done
 if [ -n "$TESTS" ]; then

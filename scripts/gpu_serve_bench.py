@@ -6,7 +6,7 @@ them with `dllm convert`, starts `./serve.sh`, measures start-to-ready, then
 times chat completions of 1,000 and 8,000 generated tokens at the default
 threshold and at a threshold that commits whole blocks (fixed tokens per step),
 and `dllm generate --ar` (block 1, plain AR decoding) on the same weights.
-Last, issue #10's end-to-end point: `dllm bench decode --server` with exactly
+Last, the end-to-end point: `dllm bench decode --server` with exactly
 3 tokens committed per step (the tokens_per_step extension) over a long
 generation after a long prompt, and the server's GPU memory at that context.
 

@@ -272,7 +272,7 @@ func TestBenchDecodeServerErrors(t *testing.T) {
 }
 
 // The floor's weight bytes leave out the embedding table unless the head
-// shares it: MiniCPM5-2B reads 4.50 GB per forward in bf16 (../shared/GPU.md).
+// shares it: MiniCPM5-2B reads 4.50 GB per forward in bf16.
 func TestBenchWeightBytes(t *testing.T) {
 	cases := []struct {
 		config string

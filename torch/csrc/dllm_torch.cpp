@@ -1006,7 +1006,7 @@ struct Decoder {
   // lin is x (T, K) w (N, K)^T; given acc (T, N) it adds the product into
   // acc in place and returns acc: the residual add rides in the matmul
   // (beta 1) without the copy of the residual that addmm makes (1.1-1.6 us
-  // a call on an H200, scripts/gemm_lt_probe.cu).
+  // a call on an H200, probes/gemm_lt_probe.cu).
   at::Tensor lin(const at::Tensor &x, const at::Tensor &w, const at::Tensor &acc = at::Tensor()) {
     return lin_in(x, w, kIn, at::Tensor(), acc);
   }
@@ -1649,7 +1649,7 @@ struct Decoder {
   // cut is cudnn_bucket's cut. cuDNN's kernel (9.19, Hopper) gives each
   // chunk's 128 rows of a key head a CTA, one an SM, which walks its keys
   // 128 at a time; a part tile costs more than a whole one (64 keys 8.0
-  // us, 128 7.7; 320 11.3, 384 10.8: scripts/gpu_cudnn_tiles_probe.py).
+  // us, 128 7.7; 320 11.3, 384 10.8: probes/gpu_cudnn_tiles_probe.py).
   // So chunks are whole tiles, as few a chunk as one wave of CTAs allows
   // (33 chunks of a 32-token block's 256 rows, 16 of a fused commit's
   // 512, on 132 SMs), and on one tile as few chunks as cover the end, in

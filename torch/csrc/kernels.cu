@@ -801,7 +801,7 @@ bool aligned16(const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 
 
 constexpr int kAD = 128, kARows = 64, kAKeys = 64, kAThreads = 128;
 
-// DLLM_ATTN_TRACE (scripts/attn_phase_probe.cu only): thread 0 of each CTA
+// DLLM_ATTN_TRACE (probes/attn_phase_probe.cu only): thread 0 of each CTA
 // writes %globaltimer at the kernel's steps to g_attn_trace, (CTA,
 // kAttnTraceMarks) in grid order: where a call's time goes.
 #ifdef DLLM_ATTN_TRACE
@@ -1374,7 +1374,7 @@ cudaError_t graph_neighbours(cudaGraphNode_t node, bool in, std::vector<cudaGrap
 // every row past M is dropped). K is split over a thread
 // block cluster whose partial products meet in shared memory; each CTA
 // sums 1/KS of them in rank order (deterministic). Measured against cuBLAS
-// with scripts/gemm_bulk_probe.cu (docs/history.md). Needs sm_90a (DLLM_SM90A: the Makefile builds it where nvcc
+// with probes/gemm_bulk_probe.cu (docs/history.md). Needs sm_90a (DLLM_SM90A: the Makefile builds it where nvcc
 // knows the target); elsewhere the kernels trap and the host never
 // launches them.
 
@@ -1849,7 +1849,7 @@ template <int ST> constexpr size_t tgemm_gu_smem() { return 1024 + size_t(ST + 1
 // kernels' bit for bit, each CTA multiplying the same chunks in the same
 // order. (Summing each slice in the CTA that stores its last part, found
 // with a counter, saves two barriers but was slower: one CTA sums 8 parts
-// of 128 columns in ~5 us; scripts/mlp_probe.cu.)
+// of 128 columns in ~5 us; probes/mlp_probe.cu.)
 // What it gains: the copier never waits for a phase to end before
 // fetching the next phase's weights, which depend on nothing (the output
 // projection's all and gate-up's first before the PDL wait, during the
@@ -1881,7 +1881,7 @@ __device__ inline void proxy_fence_global() {
 // the arrival that finds it at old waits for the multiple of n past old.
 // No reset, so no second atomic after the last arrival (a reset and a
 // generation bump took ~1.9 us from the last arrival to the release,
-// scripts/mlp_probe.cu).
+// probes/mlp_probe.cu).
 __device__ inline void grid_sync(unsigned long long *bar, unsigned n) {
   asm volatile("bar.sync 1, 128;" ::: "memory");
   if (threadIdx.x == 0) {
@@ -1905,7 +1905,7 @@ constexpr int kPostND = 128, kPostKS = 8, kPostOS = 4, kPostW = kPostND * 128;
 constexpr int kPostNQ = 80, kPostQS = DTK_TMA_POST_QPARTS;
 __host__ __device__ constexpr int post_stage(int XR) { return kPostW + XR * 128; }
 
-// DLLM_MLP_TRACE (scripts/mlp_probe.cu only): thread 0 writes
+// DLLM_MLP_TRACE (probes/mlp_probe.cu only): thread 0 writes
 // %globaltimer at the kernel's steps to g_mlp_trace, (launch, CTA, 11) by
 // the barrier count.
 #ifdef DLLM_MLP_TRACE

@@ -129,7 +129,7 @@ int dtk_attn_decode_pos(int dtype, const void *q, const void *kc, const void *vc
                         int64_t Hkv, int64_t S, const int64_t *pos, int64_t causal, float scale, void *scratch,
                         void *stream);
 
-// For probes (scripts/gpu_attn_probe.py): programmatic dependent launch of
+// For probes (probes/gpu_attn_probe.py): programmatic dependent launch of
 // these kernels on (1) or off (0), and dtk_attn_decode's split of the keys
 // (at most splits_cap splits, about ctas_per_sm CTAs per SM, at least
 // min_tiles 64-key tiles a split). A value <= 0 (pdl < 0) leaves a setting

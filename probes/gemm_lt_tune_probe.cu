@@ -6,13 +6,13 @@
 // (CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET), which favours more, smaller
 // tiles; (b) every algorithm id with every tile and split-K its
 // capabilities list (cuBLASLt's autotuning sample), checked by
-// cublasLtMatmulAlgoCheck. Each timed as scripts/gemm_lt_probe.cu times
+// cublasLtMatmulAlgoCheck. Each timed as probes/gemm_lt_probe.cu times
 // (a CUDA graph over 12 weight copies: no L2 reuse), with the decoder's
 // epilogues: beta 0 for QKV and gate-up, the residual added in place for
 // output and down. Prints the default and the three best of each way.
 //
 //     NV=$(python3 -c 'import torch,os;print(os.path.dirname(os.path.dirname(torch.__file__)))')/nvidia/cu13/lib
-//     nvcc -O2 -std=c++17 -arch=sm_90 -o /tmp/p scripts/gemm_lt_tune_probe.cu -L$NV \
+//     nvcc -O2 -std=c++17 -arch=sm_90 -o /tmp/p probes/gemm_lt_tune_probe.cu -L$NV \
 //         -l:libcublasLt.so.13 -Xlinker -rpath=$NV && /tmp/p
 #include "gpu_lt.cuh"
 

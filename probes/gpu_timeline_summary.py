@@ -1,4 +1,4 @@
-"""Per-kernel summary of a kernel trace (scripts/gpu-timeline.sh: lines of
+"""Per-kernel summary of a kernel trace (probes/gpu-timeline.sh: lines of
 "start end name", nanoseconds):
 for the last TAIL fraction of the run's kernels, in order of start, each
 kernel's duration and what it added to the GPU's busy span (its end minus
@@ -16,7 +16,7 @@ CTA) after the first starts and before it ends (medians): where a kernel
 that launches early (PDL) only starts once the one before drains, its
 CTAs found no room beside that kernel's.
 
-    python3 scripts/gpu_timeline_summary.py trace.txt [TAIL]
+    python3 probes/gpu_timeline_summary.py trace.txt [TAIL]
 """
 import re
 import sys

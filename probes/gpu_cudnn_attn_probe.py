@@ -8,7 +8,7 @@ cuDNN and FlashAttention 2 with the key heads' 8 query heads folded into
 by log-sum-exp not counted), with the log-sum-exp they would need; TFLOP/s
 by the dense count. A first look, not a decoder change.
 
-    PYTHONPATH=scripts python3 scripts/gpu_cudnn_attn_probe.py
+    PYTHONPATH=scripts python3 probes/gpu_cudnn_attn_probe.py
 """
 import torch
 

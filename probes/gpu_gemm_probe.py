@@ -5,10 +5,10 @@ rows, and at one row the decoder's own GEMV (torch/csrc/kernels.cu,
 dtk_gemv, through ctypes from bin/libdllmtorch.so when it was built with
 nvcc) with its relative error against float32. Each runs in a CUDA graph
 that cycles over 12 copies of the weight so that the H200's 50 MB L2
-cannot serve repeated reads (scripts/gpu_probe.py reuses one weight, which
+cannot serve repeated reads (probes/gpu_probe.py reuses one weight, which
 flatters the larger matmuls). docs/history.md has the figures.
 
-    python3 scripts/gpu_gemm_probe.py
+    python3 probes/gpu_gemm_probe.py
 """
 import ctypes
 

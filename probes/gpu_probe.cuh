@@ -1,4 +1,4 @@
-// gpu_probe.cuh: what the standalone CUDA probes (scripts/gemm_*_probe.cu)
+// gpu_probe.cuh: what the standalone CUDA probes (probes/gemm_*_probe.cu)
 // share: an error check, random bf16 buffers, a cuBLAS handle, the error
 // of one GEMM's output against another's, and the time of a call in a CUDA
 // graph that cycles over copies of its weights (so the H200's 50 MB L2

@@ -8,7 +8,7 @@ MiniCPM5-2B's heads (16 query heads over 2 key heads, head dim 128).
 Last, a sweep of the kernel's settings (dtk_tune: programmatic dependent
 launch, how the keys are split over CTAs), microseconds per call.
 
-    python3 scripts/gpu_attn_probe.py
+    python3 probes/gpu_attn_probe.py
 """
 import ctypes
 

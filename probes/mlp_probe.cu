@@ -13,7 +13,7 @@
 // chunk loops (g_mlp_steps).
 //
 //     NV=$(python3 -c 'import torch,os;print(os.path.dirname(os.path.dirname(torch.__file__)))')/nvidia/cu13/lib
-//     nvcc -O2 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o /tmp/mp scripts/mlp_probe.cu -L$NV \
+//     nvcc -O2 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o /tmp/mp probes/mlp_probe.cu -L$NV \
 //         -l:libcublas.so.13 -l:libcublasLt.so.13 -Xlinker -rpath=$NV && /tmp/mp
 // (or PROBES=mlp_probe.cu TESTS= CTX= scripts/gpu-speed.sh)
 #define DLLM_SM90A

@@ -10,7 +10,7 @@
 //         count (the persistent kernel's grid barrier across two kernels);
 //   plain no PDL: the consumer launches when the producer is done.
 //
-//     nvcc -O2 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o /tmp/pw scripts/pdl_wait_probe.cu && /tmp/pw
+//     nvcc -O2 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o /tmp/pw probes/pdl_wait_probe.cu && /tmp/pw
 // (or PROBES=pdl_wait_probe.cu TESTS= CTX= scripts/gpu-speed.sh)
 #include "gpu_probe.cuh" // CK
 

@@ -6,7 +6,7 @@
 // appends "start end name" lines to $DLLM_TRACE_OUT. Buffers are small
 // and flushed every 100 ms, as a Go program exits without running C's
 // atexit handlers (the last fraction of a second is lost). Built and used
-// by scripts/gpu-timeline.sh; KREC, SREC and CREC are the newest kernel,
+// by probes/gpu-timeline.sh; KREC, SREC and CREC are the newest kernel,
 // memset and memcpy record types of the CUPTI headers at hand.
 #include <cupti.h>
 #include <cxxabi.h>

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # On the GPU machine: the kernels of steady-state decode forwards as they
 # really ran (CUPTI's concurrent-kernel records through an injection
-# library, scripts/cupti/cupti_trace.cpp: CUDA graphs node by node, the overlap
+# library, probes/cupti/cupti_trace.cpp: CUDA graphs node by node, the overlap
 # that programmatic dependent launch gives kept), summed per kernel by
-# scripts/gpu_timeline_summary.py: how long each ran and how much it added
+# probes/gpu_timeline_summary.py: how long each ran and how much it added
 # to the forward (its end minus the previous kernel's end). Expects bin/dllm
 # and the CUDA shim. Environment: CTX=1k MODE="--commit 3" (or --ar),
 # TOKENS=160, TAIL=0.3 (the last fraction of the recorded kernels summed:
@@ -26,9 +26,9 @@ rm -f $SO
 # The newest record type of each kind the headers define.
 newest() { grep -ho "CUpti_Activity$1[0-9]*\b" "$INC"/cupti_activity.h | sort -V | tail -1; }
 g++ -std=c++17 -O2 -shared -fPIC -DKREC="$(newest Kernel)" -DSREC="$(newest Memset)" -DCREC="$(newest Memcpy)" \
-	-I"$INC" -I/usr/local/cuda/include -o $SO scripts/cupti/cupti_trace.cpp "$LIB" -Wl,-rpath="$(dirname "$LIB")"
+	-I"$INC" -I/usr/local/cuda/include -o $SO probes/cupti/cupti_trace.cpp "$LIB" -Wl,-rpath="$(dirname "$LIB")"
 [ -e $SO ] || { echo "cupti_trace.cpp did not build against $INC"; exit 1; }
 TR=${OUT:-/tmp}/trace-$CTX${MODE//[ -]/}.txt
 CUDA_INJECTION64_PATH=$SO DLLM_TRACE_OUT=$TR bin/dllm bench decode --config testdata/minicpm5-2b-shape/config.json \
 	--device cuda --dtype bf16 --ctx "$CTX" --block 32 $MODE --tokens "${TOKENS:-160}" 2>&1 | tail -3
-$PY scripts/gpu_timeline_summary.py "$TR" "${TAIL:-0.3}"
+$PY probes/gpu_timeline_summary.py "$TR" "${TAIL:-0.3}"

@@ -2,13 +2,13 @@
 // algorithm its heuristic offers, timed one by one, against cublasGemmEx's
 // default (what libtorch's addmm and linear call for bf16). Each runs in a
 // CUDA graph cycling over 12 copies of the weight so the H200's 50 MB L2
-// cannot serve repeated reads (as scripts/gpu_gemm_probe.py). The question
+// cannot serve repeated reads (as probes/gpu_gemm_probe.py). The question
 // it answers: does a per-shape algorithm choice beat cuBLAS's default at
 // 1-64 rows, and by how much a layer. LT_HEAD=1 times the head's matmul
 // (130,560 x 2048) instead. docs/history.md has the figures.
 //
 //     NV=$(python3 -c 'import torch,os;print(os.path.dirname(os.path.dirname(torch.__file__)))')/nvidia/cu13/lib
-//     nvcc -O2 -std=c++17 -arch=sm_90 -o /tmp/p scripts/gemm_lt_probe.cu -L$NV \
+//     nvcc -O2 -std=c++17 -arch=sm_90 -o /tmp/p probes/gemm_lt_probe.cu -L$NV \
 //         -l:libcublasLt.so.13 -l:libcublas.so.13 -Xlinker -rpath=$NV && /tmp/p
 #include "gpu_lt.cuh"
 #include <cublas_v2.h>

@@ -18,4 +18,4 @@ CSV=${OUT:-/tmp}/ncu-$CTX${MODE//[ -]/}.csv
 $NCU --csv ${NCU_FLAGS:-} --metrics gpu__time_duration.sum --launch-skip "$SKIP" --launch-count "$COUNT" \
 	bin/dllm bench decode --config testdata/minicpm5-2b-shape/config.json --device cuda --dtype bf16 \
 	--ctx "$CTX" --block 32 $MODE --tokens 256 > "$CSV" 2>/dev/null
-python3 scripts/gpu_ncu_summary.py "$CSV" "$(( COUNT / 470 ))"
+python3 probes/gpu_ncu_summary.py "$CSV" "$(( COUNT / 470 ))"

@@ -6,7 +6,7 @@
 // SMs holding 2 CTAs and the median time (cudaEvent times of the kernel
 // alone, its launch included). docs/history.md has the figures.
 // nvcc -O2 -arch=sm_90 -o /tmp/cp
-// scripts/cluster_place_probe.cu && /tmp/cp
+// probes/cluster_place_probe.cu && /tmp/cp
 #include <algorithm>
 #include <cstdio>
 #include <vector>

@@ -8,7 +8,7 @@
 // timestamps over 50 lone launches, when the average and the last CTA
 // reached each step (us from the grid's first CTA start).
 //
-//     nvcc -O2 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o /tmp/ap scripts/attn_phase_probe.cu \
+//     nvcc -O2 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o /tmp/ap probes/attn_phase_probe.cu \
 //         -L$NV -l:libcublas.so.13 -Xlinker -rpath=$NV && /tmp/ap
 // (or PROBES=attn_phase_probe.cu TESTS= CTX= scripts/gpu-speed.sh)
 #define DLLM_ATTN_TRACE

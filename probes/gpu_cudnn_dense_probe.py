@@ -13,7 +13,7 @@ rows whose every score is negative (where taking the padding off cancels
 most of the sum), then times it in graphs against the shim's kernel as the
 decoder calls it (dtk_attn_decode_pos, sized for 32k).
 
-    PYTHONPATH=scripts python3 scripts/gpu_cudnn_dense_probe.py
+    PYTHONPATH=scripts python3 probes/gpu_cudnn_dense_probe.py
 """
 import torch
 

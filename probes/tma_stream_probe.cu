@@ -20,7 +20,7 @@
 // commit 0a0626e: no faster).
 //
 //     NV=$(python3 -c 'import torch,os;print(os.path.dirname(os.path.dirname(torch.__file__)))')/nvidia/cu13/lib
-//     nvcc -O2 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o /tmp/tp scripts/tma_stream_probe.cu -L$NV \
+//     nvcc -O2 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o /tmp/tp probes/tma_stream_probe.cu -L$NV \
 //         -l:libcublas.so.13 -l:libcublasLt.so.13 -Xlinker -rpath=$NV && /tmp/tp
 // (or PROBES=tma_stream_probe.cu TESTS= CTX= scripts/gpu-speed.sh)
 #define DLLM_SM90A

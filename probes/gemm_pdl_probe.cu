@@ -19,7 +19,7 @@
 // through global memory is in its history, commit 30e822c).
 //
 //     NV=$(python3 -c 'import torch,os;print(os.path.dirname(os.path.dirname(torch.__file__)))')/nvidia/cu13/lib
-//     nvcc -O2 -std=c++17 -arch=sm_90 -o /tmp/pg scripts/gemm_pdl_probe.cu -L$NV \
+//     nvcc -O2 -std=c++17 -arch=sm_90 -o /tmp/pg probes/gemm_pdl_probe.cu -L$NV \
 //         -l:libcublas.so.13 -l:libcublasLt.so.13 -Xlinker -rpath=$NV && /tmp/pg
 #include "../torch/csrc/kernels.cu" // the shim's helpers: launch_in, dep_wait, cp_async16, ldsm_x4, mma
 

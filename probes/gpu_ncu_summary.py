@@ -1,9 +1,9 @@
 """Summarise an Nsight Compute CSV (ncu --csv --metrics gpu__time_duration.sum)
 of a decode run: GPU time per kernel kind, summed and per call, so a step's
 time can be split into matmuls, attention and the small kernels. Used by
-scripts/gpu-profile.sh.
+probes/gpu-profile.sh.
 
-    python3 scripts/gpu_ncu_summary.py ncu.csv [forwards]
+    python3 probes/gpu_ncu_summary.py ncu.csv [forwards]
 """
 import csv
 import sys

@@ -28,7 +28,7 @@
 // docs/history.md has the figures.
 //
 //     NV=$(python3 -c 'import torch,os;print(os.path.dirname(os.path.dirname(torch.__file__)))')/nvidia/cu13/lib
-//     nvcc -O2 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o /tmp/pb scripts/gemm_bulk_probe.cu -L$NV \
+//     nvcc -O2 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o /tmp/pb probes/gemm_bulk_probe.cu -L$NV \
 //         -l:libcublas.so.13 -l:libcublasLt.so.13 -Xlinker -rpath=$NV && /tmp/pb
 #define DLLM_SM90A // kernels.cu's TMA GEMM (tgemm_kernel, tgemm_gu_kernel) and its helpers
 #include "../torch/csrc/kernels.cu" // and launch_in, dep_wait, smem_u32, silu_mul_norm_kernel

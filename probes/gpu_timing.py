@@ -1,5 +1,5 @@
-"""GPU timing helpers shared by the probe scripts (scripts/gpu_probe.py,
-scripts/gpu_gemm_probe.py): a CUDA graph replayed many times, so that
+"""GPU timing helpers shared by the probe scripts (probes/gpu_probe.py,
+probes/gpu_gemm_probe.py): a CUDA graph replayed many times, so that
 launch overhead does not count, and the device's copy bandwidth as the
 floor that memory-bound pieces are compared with."""
 import torch

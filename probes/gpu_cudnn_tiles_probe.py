@@ -8,7 +8,7 @@ are 132 CTAs of 128 rows: the H200's SMs). If the time steps with every
 128 keys, a bucket whose chunks end on a 128-key tile saves a tile's time
 at contexts just past a multiple of P x 128.
 
-    PYTHONPATH=scripts python3 scripts/gpu_cudnn_tiles_probe.py
+    PYTHONPATH=scripts python3 probes/gpu_cudnn_tiles_probe.py
 """
 import torch
 

@@ -1,7 +1,7 @@
 // gpu_lt.cuh: cuBLASLt's descriptors for the probes' skinny matmul (bf16,
 // float32 accumulation): out (M, n) = x (M, k) W (n, k)^T (+ beta C), as
 // column-major D (n, M) = op(W) x, the layout the decoder's linear and addmm
-// hand cuBLAS. Shared by scripts/gemm_lt_probe.cu and gemm_lt_tune_probe.cu.
+// hand cuBLAS. Shared by probes/gemm_lt_probe.cu and gemm_lt_tune_probe.cu.
 #pragma once
 
 #include "gpu_probe.cuh"

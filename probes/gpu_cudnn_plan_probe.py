@@ -3,7 +3,7 @@ decoder's cuDNN path meets a new one at each context bucket): the first
 call of aten::_scaled_dot_product_cudnn_attention per (P chunks, Sp keys)
 for a 32-token block's 256 folded rows, against a repeated call.
 
-    python3 scripts/gpu_cudnn_plan_probe.py
+    python3 probes/gpu_cudnn_plan_probe.py
 """
 import time
 

@@ -5,7 +5,7 @@ graph replayed many times, against the time a single read of its bytes
 takes at the measured copy bandwidth. docs/history.md uses it to say
 where a decode step's time goes.
 
-    python3 scripts/gpu_probe.py
+    python3 probes/gpu_probe.py
 """
 import torch
 
