@@ -15,6 +15,7 @@ type doc struct {
 
 // Reasons a record yields no document, as counted in the manifest.
 const (
+	skipNoField     = "no_field"     // a JSON record without the field
 	skipEmpty       = "empty"        // null or blank field
 	skipTooLong     = "too_long"     // longer than max_doc_tokens
 	skipNoAssistant = "no_assistant" // chat without an assistant turn
@@ -28,7 +29,8 @@ type item struct {
 	docs  []doc
 	skips map[string]int
 	chat  chatStats
-	err   string // the chat error, for the log
+	err   string   // the chat error, for the log
+	keys  []string // a record without the field: the keys it has
 }
 
 // encoder tokenizes records; it is shared by all workers (the tokenizer is
@@ -43,6 +45,11 @@ type encoder struct {
 // encode tokenizes one record of a source.
 func (e *encoder) encode(src *SourceConfig, r rawRecord) item {
 	var it item
+	if r.fields != nil {
+		it.skip(skipNoField)
+		it.keys = r.fields
+		return it
+	}
 	if r.null || strings.TrimSpace(r.value) == "" {
 		it.skip(skipEmpty)
 		return it

@@ -81,6 +81,12 @@ type mixSource struct {
 	epoch   int   // epoch of the pending record
 	log     func(string)
 	errs    int
+	// seen and yielded count the records this run read and those that
+	// gave a document, for the early check of yieldError; keys are the
+	// fields of the first record without the configured one.
+	seen, yielded int64
+	keys          []string
+	firstErr      string
 }
 
 // taken is a document handed to the packer, with where it came from.
@@ -159,6 +165,15 @@ func (s *mixSource) fill(ctx context.Context) (bool, error) {
 		}
 		if s.cur.NextDoc == 0 {
 			s.count(it)
+			// A source whose first records all yield nothing is
+			// misconfigured (a chat source over plain text, a wrong
+			// field): say so now, not after hours of packing the others.
+			if s.seen++; len(it.docs) > 0 {
+				s.yielded++
+			}
+			if s.seen == earlyCheckRecords && s.yielded == 0 {
+				return false, s.yieldError()
+			}
 		}
 		if s.cur.NextDoc > len(it.docs) {
 			return false, fmt.Errorf("source %q: record %d has %d documents but the resume state says %d were taken; the data changed", s.cfg.Name, it.ord, len(it.docs), s.cur.NextDoc)
@@ -205,6 +220,12 @@ func (s *mixSource) count(it *item) {
 			st.Skipped = map[string]int64{}
 		}
 		st.Skipped[k] += int64(v)
+	}
+	if it.keys != nil && s.keys == nil {
+		s.keys = it.keys
+	}
+	if it.err != "" && s.firstErr == "" {
+		s.firstErr = it.err
 	}
 	st.ChatTurns += int64(it.chat.turns)
 	st.SplitTurns += int64(it.chat.split)
@@ -257,4 +278,54 @@ func lossCount(d doc) int {
 		}
 	}
 	return n
+}
+
+// earlyCheckRecords is how many records a source may read without a
+// document before the run stops.
+const earlyCheckRecords = 1000
+
+// yieldError says why a source yields nothing, or loses most of its
+// records to one cause (nil when it does neither): the field it looked for
+// and what it found, and what to change.
+func (s *mixSource) yieldError() error {
+	st := s.cur.Stats
+	if st.Records == 0 {
+		if st.Done == "exhausted" {
+			return fmt.Errorf("data: source %q: its files hold no records", s.cfg.Name)
+		}
+		return nil // not read yet: the run ended first
+	}
+	reason, n := "", int64(0)
+	for _, r := range slices.Sorted(maps.Keys(st.Skipped)) {
+		if st.Skipped[r] > n {
+			reason, n = r, st.Skipped[r]
+		}
+	}
+	if st.Documents > 0 && 2*n <= st.Records {
+		return nil
+	}
+	if n == 0 {
+		return fmt.Errorf("data: source %q: %d records gave no document", s.cfg.Name, st.Records)
+	}
+	head := fmt.Sprintf("data: source %q (kind %s, field %q): %d of %d records", s.cfg.Name, s.cfg.Kind, s.cfg.Field, n, st.Records)
+	var why, fix string
+	switch reason {
+	case skipNoField:
+		why = fmt.Sprintf("have no %q field (the first has: %s)", s.cfg.Field, strings.Join(s.keys, ", "))
+		fix = "set field: to the key that holds the " + map[string]string{KindChat: "messages", KindText: "text"}[s.cfg.Kind]
+		if s.cfg.Kind == KindChat && slices.Contains(s.keys, "text") {
+			fix = "for plain text use kind: text (field text)"
+		}
+	case skipEmpty:
+		why, fix = fmt.Sprintf("have an empty or null %q", s.cfg.Field), "check the files, or point field: at another key"
+	case skipTooLong:
+		why, fix = "are longer than max_doc_tokens", "raise max_doc_tokens, or leave it 0 to split long documents"
+	case skipNoAssistant:
+		why, fix = "have no assistant turn to train on", "chat sources need conversations that end in an assistant reply"
+	case skipChatError:
+		why, fix = "could not be rendered by the chat template (the first: "+s.firstErr+")", "check the messages' roles and shape"
+	default:
+		why = "were skipped: " + reason
+	}
+	return fmt.Errorf("%s %s; %s", head, why, fix)
 }

@@ -383,19 +383,49 @@ func TestDataSkippedText(t *testing.T) {
 			t.Errorf("%v: %q, want %q", c.skipped, got, c.want)
 		}
 	}
+}
+
+// A source that yields nothing, or loses most of its records to one
+// cause, fails the run with the field it looked for, what it found and
+// what to change; a few skipped records are only counted.
+func TestDataYieldsSomething(t *testing.T) {
 	dir := t.TempDir()
-	writeJSONL(t, filepath.Join(dir, "a.jsonl"), textRows("alpha", 20))
-	writeJSONL(t, filepath.Join(dir, "b.jsonl"), []map[string]any{{"text": ""}, {"text": nil}, {"id": 3}})
-	cfg := testConfig(filepath.Join(dir, "out"),
-		SourceConfig{Name: "a", Kind: KindText, Paths: []string{filepath.Join(dir, "a.jsonl")}},
-		SourceConfig{Name: "b", Kind: KindText, Paths: []string{filepath.Join(dir, "b.jsonl")}})
-	var log strings.Builder
-	if _, err := Prepare(context.Background(), Options{Config: cfg, Log: &log}); err != nil {
-		t.Fatal(err)
-	}
-	want := `warning: source "b" gave no document (3 records; skipped: empty 3)`
-	if !strings.Contains(log.String(), want) || strings.Contains(log.String(), "map[") {
-		t.Errorf("log lacks %q or shows a map:\n%s", want, log.String())
+	writeJSONL(t, filepath.Join(dir, "text.jsonl"), textRows("alpha", 20))
+	writeJSONL(t, filepath.Join(dir, "blank.jsonl"), []map[string]any{{"text": ""}, {"text": nil}, {"text": " "}, {"text": "fine words here"}})
+	many := textRows("beta", 1200)
+	writeJSONL(t, filepath.Join(dir, "many.jsonl"), many)
+	few := textRows("gamma", 10)
+	few[3]["text"] = ""
+	writeJSONL(t, filepath.Join(dir, "few.jsonl"), few)
+	text := SourceConfig{Name: "a", Kind: KindText, Paths: []string{filepath.Join(dir, "text.jsonl")}}
+	for _, c := range []struct {
+		name string
+		src  SourceConfig
+		want string
+	}{
+		{"chat over plain text", SourceConfig{Name: "b", Kind: KindChat, Paths: []string{filepath.Join(dir, "text.jsonl")}},
+			`source "b" (kind chat, field "messages"): 20 of 20 records have no "messages" field (the first has: id, text); for plain text use kind: text`},
+		{"a wrong field", SourceConfig{Name: "b", Kind: KindText, Field: "body", Paths: []string{filepath.Join(dir, "text.jsonl")}},
+			`20 of 20 records have no "body" field (the first has: id, text); set field: to the key that holds the text`},
+		{"mostly blank", SourceConfig{Name: "b", Kind: KindText, Paths: []string{filepath.Join(dir, "blank.jsonl")}},
+			`3 of 4 records have an empty or null "text"`},
+		{"stopped early", SourceConfig{Name: "b", Kind: KindChat, Paths: []string{filepath.Join(dir, "many.jsonl")}},
+			`1000 of 1000 records have no "messages" field`},
+		{"one blank of ten", SourceConfig{Name: "b", Kind: KindText, Paths: []string{filepath.Join(dir, "few.jsonl")}}, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var log strings.Builder
+			man, err := Prepare(context.Background(), Options{Config: testConfig(filepath.Join(t.TempDir(), "out"), text, c.src), Log: &log})
+			if c.want == "" {
+				if err != nil || man.Sources[1].Stats.SkippedText() != "empty 1" {
+					t.Errorf("%v; log:\n%s", err, log.String())
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("error %v\nwant %q", err, c.want)
+			}
+		})
 	}
 }
 

@@ -9,7 +9,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -26,6 +28,8 @@ import (
 type rawRecord struct {
 	value string
 	null  bool // the field was null or missing
+	// fields, for a JSON record without the field, are the keys it has.
+	fields []string
 }
 
 // emitFunc receives records in file order; an error stops the reader.
@@ -345,7 +349,14 @@ func jsonField(line []byte, field, kind string) (rawRecord, error) {
 		return rawRecord{}, fmt.Errorf("not a JSON object: %w", err)
 	}
 	v, ok := obj[field]
-	if !ok || string(v) == "null" {
+	if !ok {
+		keys := slices.Sorted(maps.Keys(obj))
+		if keys == nil {
+			keys = []string{} // an empty object: still no field
+		}
+		return rawRecord{null: true, fields: keys}, nil
+	}
+	if string(v) == "null" {
 		return rawRecord{null: true}, nil
 	}
 	if v[0] == '"' {

@@ -117,9 +117,11 @@ func (r *run) execute(ctx context.Context, kept []ShardInfo) (*Manifest, error) 
 	}
 	t := r.man.Totals
 	r.logf("done: %d shards, %d sequences of %d tokens (%d loss-ON), %d tokens dropped", len(r.man.Shards), t.Sequences, L, t.LossTokens, t.DroppedTokens)
-	for _, s := range r.man.Sources {
-		if s.Stats.Documents == 0 {
-			r.logf("warning: source %q gave no document (%d records; skipped: %s)", s.Name, s.Stats.Records, s.Stats.SkippedText())
+	// A source that gave nothing, or lost most of its records to one
+	// cause, fails the run; the shards and the manifest are kept.
+	for _, s := range r.mix.srcs {
+		if err := s.yieldError(); err != nil {
+			return r.man, err
 		}
 	}
 	if len(r.man.Shards) == 0 {
