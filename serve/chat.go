@@ -122,7 +122,11 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 // chatParams decodes a chat request into req and renders and tokenizes its
 // prompt: the work the gate bounds.
 func (s *Server) chatParams(m *Model, body []byte, req *chatRequest) (*genParams, string, *apiError) {
-	if e := decodeJSON(body, req); e != nil {
+	unknown, e := decodeJSON(body, req)
+	if e == nil {
+		e = s.checkFields(&req.samplingFields, unknown)
+	}
+	if e != nil {
 		return nil, "", e
 	}
 	msgs, e := parseMessages(req.Messages, s.cfg.MaxMessages)

@@ -11,7 +11,7 @@ import (
 func TestChatNonStream(t *testing.T) {
 	eng := &fakeEngine{output: "Hello there, friend.", eos: true}
 	_, ts := testServer(t, eng, Config{})
-	resp, b := post(t, ts.URL+"/v1/chat/completions", `{"model":"whatever","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":[{"type":"text","text":"Hi"},{"type":"text","text":"there"}]}],"max_tokens":100,"temperature":0.5,"top_p":0.9,"seed":7,"some_unknown_field":{"x":1}}`)
+	resp, b := post(t, ts.URL+"/v1/chat/completions", `{"model":"tiny","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":[{"type":"text","text":"Hi"},{"type":"text","text":"there"}]}],"max_tokens":100,"temperature":0.5,"top_p":0.9,"seed":7,"some_unknown_field":{"x":1}}`)
 	r := decodeChat(t, resp, b)
 	if !strings.HasPrefix(r.ID, "chatcmpl-") || r.Object != "chat.completion" || r.Model != "tiny" {
 		t.Errorf("id/object/model = %q %q %q", r.ID, r.Object, r.Model)

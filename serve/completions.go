@@ -88,7 +88,11 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 // completionParams decodes a completion request into req and tokenizes its
 // prompt: the work the gate bounds.
 func (s *Server) completionParams(m *Model, body []byte, req *completionRequest) (*genParams, *apiError) {
-	if e := decodeJSON(body, req); e != nil {
+	unknown, e := decodeJSON(body, req)
+	if e == nil {
+		e = s.checkFields(&req.samplingFields, unknown)
+	}
+	if e != nil {
 		return nil, e
 	}
 	if req.Echo {

@@ -20,7 +20,7 @@ func TestCompletions(t *testing.T) {
 		{"list of one id list", `[[5, 6, 7]]`, []int64{5, 6, 7}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			resp, b := post(t, ts.URL+"/v1/completions", `{"model":"m","prompt":`+tc.prompt+`,"max_tokens":50}`)
+			resp, b := post(t, ts.URL+"/v1/completions", `{"model":"tiny","prompt":`+tc.prompt+`,"max_tokens":50}`)
 			r := decodeChat(t, resp, b)
 			if r.Object != "text_completion" || r.Choices[0].Text != " and then some" || r.Choices[0].FinishReason != "stop" {
 				t.Errorf("response %s", b)

@@ -1,6 +1,8 @@
 package serve
 
 import (
+	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
@@ -24,7 +26,7 @@ func TestBadRequests(t *testing.T) {
 		{"empty body", "POST", "/v1/chat/completions", ``, 400, "", "empty"},
 		{"array body", "POST", "/v1/chat/completions", `[1,2]`, 400, "", "JSON object"},
 		{"trailing data", "POST", "/v1/chat/completions", `{` + msgs + `} {}`, 400, "", "after"},
-		{"no messages", "POST", "/v1/chat/completions", `{"model":"x"}`, 400, "messages", "required"},
+		{"no messages", "POST", "/v1/chat/completions", `{"model":"tiny"}`, 400, "messages", "required"},
 		{"empty messages", "POST", "/v1/chat/completions", `{"messages":[]}`, 400, "messages", "empty"},
 		{"messages not array", "POST", "/v1/chat/completions", `{"messages":"hi"}`, 400, "messages", "array"},
 		{"message not object", "POST", "/v1/chat/completions", `{"messages":[42]}`, 400, "messages[0]", ""},
@@ -62,6 +64,16 @@ func TestBadRequests(t *testing.T) {
 		{"kwargs not object", "POST", "/v1/chat/completions", `{` + msgs + `,"chat_template_kwargs":[1]}`, 400, "chat_template_kwargs", ""},
 		{"prompt too long", "POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"` + long + `"}]}`, 400, "messages", "context length"},
 		{"body too large", "POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"` + strings.Repeat("x", 70<<10) + `"}]}`, 413, "", "larger"},
+		{"another model", "POST", "/v1/chat/completions", `{"model":"gpt-4",` + msgs + `}`, 404, "", `the model "gpt-4" does not exist; this server has "tiny"`},
+		{"another model, completion", "POST", "/v1/completions", `{"model":"gpt-4","prompt":"a"}`, 404, "", "does not exist"},
+		{"block_size 0", "POST", "/v1/chat/completions", `{` + msgs + `,"block_size":0}`, 400, "block_size", "between 1 and 4"},
+		{"block_size above training", "POST", "/v1/chat/completions", `{` + msgs + `,"block_size":8}`, 400, "block_size", "trained for"},
+		{"steps", "POST", "/v1/chat/completions", `{` + msgs + `,"steps":64}`, 400, "steps", "tokens_per_step"},
+		{"random remasking", "POST", "/v1/chat/completions", `{` + msgs + `,"remasking":"random"}`, 400, "remasking", "low_confidence"},
+		{"top_k", "POST", "/v1/chat/completions", `{` + msgs + `,"top_k":40}`, 400, "top_k", "top_p"},
+		{"json mode", "POST", "/v1/chat/completions", `{` + msgs + `,"response_format":{"type":"json_object"}}`, 400, "response_format", "not supported"},
+		{"tools", "POST", "/v1/chat/completions", `{` + msgs + `,"tools":[{"type":"function","function":{"name":"f"}}]}`, 400, "tools", "not supported"},
+		{"logit_bias", "POST", "/v1/completions", `{"prompt":"a","logit_bias":{"5":10}}`, 400, "logit_bias", ""},
 		{"completion no prompt", "POST", "/v1/completions", `{"max_tokens":3}`, 400, "prompt", ""},
 		{"completion batch", "POST", "/v1/completions", `{"prompt":["a","b"]}`, 400, "prompt", "exactly one"},
 		{"completion id batch", "POST", "/v1/completions", `{"prompt":[[1],[2]]}`, 400, "prompt", "exactly one"},
@@ -129,5 +141,30 @@ func TestLoading(t *testing.T) {
 		if tc.path != "/health" {
 			decodeError(t, b)
 		}
+	}
+}
+
+// Fields other tools send work where the decoder allows, are accepted at
+// values that change nothing, and unknown ones are ignored with a warning.
+func TestRequestFields(t *testing.T) {
+	eng := &fakeEngine{output: "ok", eos: true}
+	var logs strings.Builder
+	_, ts := testServer(t, eng, Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	const msgs = `"messages":[{"role":"user","content":"Hi"}]`
+	for _, c := range []struct{ body, check string }{
+		{`{` + msgs + `,"block_size":2}`, "block 2"},
+		{`{"model":"tiny",` + msgs + `,"remasking":"low_confidence","top_k":-1,"response_format":{"type":"text"},"tool_choice":"none","tools":[]}`, "block 4"},
+		{`{` + msgs + `,"frobnicate":1,"min_p":0.1}`, "block 4"},
+	} {
+		resp, b := post(t, ts.URL+"/v1/chat/completions", c.body)
+		if resp.StatusCode != 200 {
+			t.Fatalf("%s: %d %s", c.body, resp.StatusCode, b)
+		}
+		if got := fmt.Sprintf("block %d", eng.lastOptions().BlockSize); got != c.check {
+			t.Errorf("%s: %s, want %s", c.body, got, c.check)
+		}
+	}
+	if !strings.Contains(logs.String(), "ignoring unknown request fields") || !strings.Contains(logs.String(), "frobnicate, min_p") {
+		t.Errorf("no warning naming the unknown fields:\n%s", logs.String())
 	}
 }

@@ -177,7 +177,7 @@ func testServer(t *testing.T, eng *fakeEngine, cfg Config, edit ...func(*Model))
 	}
 	s := New(cfg)
 	m := &Model{
-		Engine: eng, Tokenizer: tok, ContextLength: 4096, VocabSize: 512,
+		Engine: eng, Tokenizer: tok, ContextLength: 4096, VocabSize: 512, BlockSize: 4,
 		Defaults: diffusion.Options{BlockSize: 4, Threshold: 0.9, MaxStepsPerBlock: 4, TopP: 1, StopIDs: []int64{1}},
 	}
 	for _, e := range edit {

@@ -148,6 +148,7 @@ func (c *Checked) Load(ctx context.Context, o LoadOptions) (m *Model, err error)
 		Tokenizer:     c.Tokenizer,
 		Defaults:      defaults,
 		ContextLength: c.ContextLength(o.MaxModelLen),
+		BlockSize:     c.Settings.BlockSize,
 		VocabSize:     c.Config.VocabSize,
 		Close:         lm.Free,
 	}

@@ -30,6 +30,10 @@ type Model struct {
 	Defaults diffusion.Options
 	// ContextLength caps prompt plus generated tokens.
 	ContextLength int
+	// BlockSize is the block size the model was trained for (dllm.json's):
+	// a request's block_size may be at most this; 0 lets a request choose
+	// none.
+	BlockSize int
 	// VocabSize is the model's embedding rows; token-id prompts must be below.
 	VocabSize int
 	// Close frees the model's memory; nil when there is nothing to free.

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
+	"net/http"
 	"strings"
 
 	"dllm/diffusion"
@@ -14,6 +15,24 @@ type genParams struct {
 	prompt []int64
 	opts   diffusion.Options
 	stops  []string
+}
+
+// checkFields checks what a request asks for beyond its sampling options:
+// the model (another name is a 404, as vLLM answers), the fields dllm does
+// not implement (a 400), and the unknown fields, which are ignored with a
+// warning in the log.
+func (s *Server) checkFields(f *samplingFields, unknown []string) *apiError {
+	if f.Model != "" && f.Model != s.cfg.ModelName {
+		return newError(http.StatusNotFound, typeNotFound, "model_not_found",
+			fmt.Sprintf("the model %q does not exist; this server has %q", f.Model, s.cfg.ModelName))
+	}
+	if e := f.unsupported(); e != nil {
+		return e
+	}
+	if len(unknown) > 0 {
+		s.log.Warn("ignoring unknown request fields", "fields", strings.Join(unknown, ", "))
+	}
+	return nil
 }
 
 // options checks the shared sampling fields and fills o (which holds the
@@ -44,6 +63,12 @@ func (f *samplingFields) options(m *Model, promptLen, defaultMax int) (diffusion
 			return o, nil, badRequest("threshold", err.Error())
 		}
 		o.Threshold = *th
+	}
+	if b := f.BlockSize; b != nil {
+		if m.BlockSize < 1 || *b < 1 || *b > int64(m.BlockSize) {
+			return o, nil, badRequest("block_size", fmt.Sprintf("block_size must be between 1 and %d (the block size the model was trained for), got %d", m.BlockSize, *b))
+		}
+		o.BlockSize = int(*b)
 	}
 	if k := f.TokensPerStep; k != nil {
 		if err := diffusion.CheckCommitCount("tokens_per_step", *k, 1); err != nil {

@@ -6,8 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"mime"
 	"net/http"
+	"reflect"
+	"slices"
 	"strings"
 	"unicode/utf8"
 )
@@ -60,6 +63,61 @@ type samplingFields struct {
 	// IgnoreEOS is vLLM's extension, for benchmarks: generate to the length
 	// limit through end-of-sequence tokens (stop strings still apply).
 	IgnoreEOS bool `json:"ignore_eos"`
+	// BlockSize is the diffusion block size of this request, 1 up to the
+	// one the model was trained for (dllm.json's block_size, the default).
+	BlockSize *int64 `json:"block_size"`
+
+	// Fields other servers and dLLM tools take that dllm does not: a
+	// request that uses them is refused (400) rather than silently served
+	// without them. Defaults that change nothing are accepted.
+	Steps          json.RawMessage `json:"steps"`
+	Remasking      *string         `json:"remasking"`
+	TopK           *int64          `json:"top_k"`
+	ResponseFormat json.RawMessage `json:"response_format"`
+	Tools          json.RawMessage `json:"tools"`
+	ToolChoice     json.RawMessage `json:"tool_choice"`
+	Functions      json.RawMessage `json:"functions"`
+	LogitBias      json.RawMessage `json:"logit_bias"`
+}
+
+// unsupported refuses the fields dllm does not implement, naming what it
+// does instead.
+func (f *samplingFields) unsupported() *apiError {
+	set := func(raw json.RawMessage) bool {
+		t := strings.TrimSpace(string(raw))
+		return t != "" && t != "null" && t != "[]" && t != "{}"
+	}
+	switch {
+	case set(f.Steps):
+		return badRequest("steps", "steps is not supported: dllm denoises block by block, committing every position above threshold (or tokens_per_step positions) each step")
+	case f.Remasking != nil && *f.Remasking != "low_confidence":
+		return badRequest("remasking", fmt.Sprintf("remasking %q is not supported: dllm commits the most confident positions (\"low_confidence\")", *f.Remasking))
+	case f.TopK != nil && *f.TopK > 0:
+		return badRequest("top_k", "top_k is not supported; use top_p (nucleus sampling)")
+	case set(f.ResponseFormat) && !isJSONObject(f.ResponseFormat, `{"type":"text"}`):
+		return badRequest("response_format", "response_format is not supported (no JSON mode or schemas); only {\"type\": \"text\"}")
+	case set(f.Tools), set(f.Functions):
+		return badRequest("tools", "tools and function calling are not supported")
+	case set(f.ToolChoice) && strings.TrimSpace(string(f.ToolChoice)) != `"none"` && strings.TrimSpace(string(f.ToolChoice)) != `"auto"`:
+		return badRequest("tool_choice", "tool_choice is not supported (no tools)")
+	case set(f.LogitBias):
+		return badRequest("logit_bias", "logit_bias is not supported")
+	}
+	return nil
+}
+
+// isJSONObject reports whether raw is the same JSON object as want.
+func isJSONObject(raw json.RawMessage, want string) bool {
+	var a, b map[string]any
+	if json.Unmarshal(raw, &a) != nil || json.Unmarshal([]byte(want), &b) != nil || len(a) != len(b) {
+		return false
+	}
+	for k, v := range b {
+		if a[k] != v {
+			return false
+		}
+	}
+	return true
 }
 
 // stopList is "stop": null, a string or a list of strings.
@@ -108,29 +166,60 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *api
 }
 
 // decodeJSON reads a JSON object into v. Unknown fields are ignored, as
-// OpenAI-compatible servers do, so clients may send options dllm lacks.
-func decodeJSON(body []byte, v any) *apiError {
+// vLLM ignores them (so clients may send options meant for other servers),
+// and returned, to be logged.
+func decodeJSON(body []byte, v any) (unknown []string, _ *apiError) {
 	body = bytes.TrimSpace(body)
 	if len(body) == 0 {
-		return badRequest("", "the request body is empty; expected a JSON object")
+		return nil, badRequest("", "the request body is empty; expected a JSON object")
 	}
 	if body[0] != '{' {
-		return badRequest("", "the request body must be a JSON object")
+		return nil, badRequest("", "the request body must be a JSON object")
 	}
 	// JSON is UTF-8 (RFC 8259). encoding/json would quietly turn bad bytes
 	// into U+FFFD, so a client's encoding bug would surface as odd model
 	// input instead of an error.
 	if !utf8.Valid(body) {
-		return badRequest("", fmt.Sprintf("the request body is not valid UTF-8 (first bad byte at offset %d)", firstInvalidUTF8(body)))
+		return nil, badRequest("", fmt.Sprintf("the request body is not valid UTF-8 (first bad byte at offset %d)", firstInvalidUTF8(body)))
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if err := dec.Decode(v); err != nil {
-		return jsonError(err)
+		return nil, jsonError(err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return badRequest("", "invalid JSON: unexpected data after the top-level object")
+		return nil, badRequest("", "invalid JSON: unexpected data after the top-level object")
 	}
-	return nil
+	var keys map[string]json.RawMessage
+	if json.Unmarshal(body, &keys) == nil {
+		known := jsonFields(reflect.TypeOf(v))
+		for k := range keys {
+			if !known[k] {
+				unknown = append(unknown, k)
+			}
+		}
+		slices.Sort(unknown)
+	}
+	return unknown, nil
+}
+
+// jsonFields are the JSON names of a struct's fields, embedded structs'
+// included.
+func jsonFields(t reflect.Type) map[string]bool {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	m := map[string]bool{}
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if f.Anonymous {
+			maps.Copy(m, jsonFields(f.Type))
+			continue
+		}
+		if name, _, _ := strings.Cut(f.Tag.Get("json"), ","); name != "" && name != "-" {
+			m[name] = true
+		}
+	}
+	return m
 }
 
 // checkContentType accepts a body declared as JSON (application/json or

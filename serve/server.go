@@ -15,8 +15,8 @@ import (
 
 // Config configures a Server; zero fields take the defaults noted.
 type Config struct {
-	// ModelName is the id reported by /v1/models and in responses. Requests
-	// may name any model; there is only one.
+	// ModelName is the id reported by /v1/models and in responses; a
+	// request that names another model is a 404.
 	ModelName string
 	// MaxQueue is how many requests may wait behind the running one before
 	// more are refused with 503; 0 allows none to wait.

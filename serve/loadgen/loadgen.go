@@ -44,7 +44,7 @@ type Config struct {
 	Warmup time.Duration
 	// MaxTokens caps each generation; default 16.
 	MaxTokens int
-	// Model is the model name sent; default "default" (dllm serves any).
+	// Model is the model name sent; default the first the server lists.
 	Model string
 	// Seed makes the mix of requests reproducible.
 	Seed uint64
@@ -184,9 +184,6 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.MaxTokens <= 0 {
 		cfg.MaxTokens = 16
 	}
-	if cfg.Model == "" {
-		cfg.Model = "default"
-	}
 	if cfg.StatsEvery <= 0 {
 		cfg.StatsEvery = cfg.Duration / 8
 	}
@@ -268,11 +265,15 @@ func (r *runner) ready(ctx context.Context) error {
 	}
 	var models struct {
 		Data []struct {
-			MaxModelLen int `json:"max_model_len"`
+			ID          string `json:"id"`
+			MaxModelLen int    `json:"max_model_len"`
 		} `json:"data"`
 	}
 	if json.Unmarshal(resp.body, &models) == nil && len(models.Data) > 0 {
 		r.context = models.Data[0].MaxModelLen
+		if r.cfg.Model == "" {
+			r.cfg.Model = models.Data[0].ID
+		}
 	}
 	if r.context <= 0 {
 		r.context = 32768
