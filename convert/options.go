@@ -147,6 +147,9 @@ func (o *Options) check() error {
 	if strings.TrimSpace(o.MaskToken) == "" {
 		return errors.New("convert: the mask token is empty")
 	}
+	if o.BlockSize < 1 {
+		return fmt.Errorf("convert: block size %d: want at least 1 (--block-size)", o.BlockSize)
+	}
 	// The rest is dllm.json's own validation, on a settings value built as
 	// Convert will build it.
 	s := o.settings(0)

@@ -10,6 +10,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -63,12 +64,12 @@ func Export(checkpoint, out string, o ExportOptions) (err error) {
 		return err
 	}
 	if fileExists(out) {
-		return fmt.Errorf("train: export: %s exists; choose another --out (nothing is overwritten)", out)
+		return fmt.Errorf("export: %s exists; choose another --out (nothing is overwritten)", out)
 	}
 	read := func(name string) ([]byte, error) {
 		b, err := os.ReadFile(filepath.Join(checkpoint, name))
 		if err != nil {
-			return nil, fmt.Errorf("train: export: %w", err)
+			return nil, fmt.Errorf("export: %w", err)
 		}
 		return b, nil
 	}
@@ -79,7 +80,7 @@ func Export(checkpoint, out string, o ExportOptions) (err error) {
 	}
 	cfg := DefaultConfig()
 	if err := cfg.parse(cfgYAML); err != nil {
-		return fmt.Errorf("train: export: %s: %w", trainConfigName, err)
+		return fmt.Errorf("export: %s: %w", trainConfigName, err)
 	}
 	rawSettings, err := read(settingsName)
 	if err != nil {
@@ -87,7 +88,7 @@ func Export(checkpoint, out string, o ExportOptions) (err error) {
 	}
 	var s diffusion.Settings
 	if err := jsonUnmarshal(rawSettings, &s); err != nil {
-		return fmt.Errorf("train: export: %s: %w", settingsName, err)
+		return fmt.Errorf("export: %s: %w", settingsName, err)
 	}
 	modelConfig, err := read(modelConfigName)
 	if err != nil {
@@ -95,7 +96,7 @@ func Export(checkpoint, out string, o ExportOptions) (err error) {
 	}
 	mcfg, err := model.ParseConfig(modelConfig)
 	if err != nil {
-		return fmt.Errorf("train: export: %w", err)
+		return fmt.Errorf("export: %w", err)
 	}
 	dt, dtName, err := exportDType(o.DType, cfg.ExportDType, mcfg.DType)
 	if err != nil {
@@ -106,15 +107,15 @@ func Export(checkpoint, out string, o ExportOptions) (err error) {
 		tokDir = st.SourceModel
 	}
 	if tokDir != "" && !fileExists(tokDir) {
-		return fmt.Errorf("train: export: the source model directory %s (for the tokenizer files) is gone; pass --tokenizer DIR", tokDir)
+		return fmt.Errorf("export: the source model directory %s (for the tokenizer files) is gone; pass --tokenizer DIR", tokDir)
 	}
 	// 2. The directory, written beside its final name.
 	if err := os.MkdirAll(filepath.Dir(filepath.Clean(out)), 0o755); err != nil {
-		return fmt.Errorf("train: export: %w", err)
+		return fmt.Errorf("export: %w", err)
 	}
 	tmp, err := os.MkdirTemp(filepath.Dir(filepath.Clean(out)), filepath.Base(out)+".tmp-")
 	if err != nil {
-		return fmt.Errorf("train: export: %w", err)
+		return fmt.Errorf("export: %w", err)
 	}
 	defer func() {
 		if err != nil {
@@ -155,10 +156,10 @@ func Export(checkpoint, out string, o ExportOptions) (err error) {
 		s.CreatedBy = "dllm"
 	}
 	if err := s.Validate(mcfg.VocabSize); err != nil {
-		return fmt.Errorf("train: export: %w", err)
+		return fmt.Errorf("export: %w", err)
 	}
 	if err := s.Save(tmp); err != nil {
-		return fmt.Errorf("train: export: %w", err)
+		return fmt.Errorf("export: %w", err)
 	}
 	abs, _ := filepath.Abs(checkpoint)
 	info := TrainInfo{Objective: cfg.Objective, BlockSize: s.BlockSize, Shift: s.Shift, Steps: st.Step, TokensSeen: st.TokensSeen,
@@ -169,10 +170,10 @@ func Export(checkpoint, out string, o ExportOptions) (err error) {
 	}
 	// 7. Into place.
 	if err := syncDir(tmp); err != nil {
-		return fmt.Errorf("train: export: %w", err)
+		return fmt.Errorf("export: %w", err)
 	}
 	if err := os.Rename(tmp, out); err != nil {
-		return fmt.Errorf("train: export: %w", err)
+		return fmt.Errorf("export: %w", err)
 	}
 	return syncDir(filepath.Dir(filepath.Clean(out)))
 }
@@ -196,7 +197,7 @@ func exportDType(flag, configured, declared string) (model.DType, string, error)
 	case "f32", "float32", "":
 		return model.F32, "float32", nil
 	}
-	return 0, "", fmt.Errorf("train: export: dtype %q: want auto, bf16, f16 or f32", s)
+	return 0, "", fmt.Errorf("export: dtype %q: want auto, bf16, f16 or f32", s)
 }
 
 // convertWeights rewrites a float32 safetensors file in dtype dt and
@@ -204,13 +205,13 @@ func exportDType(flag, configured, declared string) (model.DType, string, error)
 func convertWeights(src, dst string, dt model.DType) (string, error) {
 	sf, err := model.OpenSafetensors(src)
 	if err != nil {
-		return "", fmt.Errorf("train: export: %w", err)
+		return "", fmt.Errorf("export: %w", err)
 	}
 	defer sf.Close()
 	var ts []model.TensorData
 	for _, info := range sf.Tensors() {
 		if info.DType != model.F32 {
-			return "", fmt.Errorf("train: export: %s: tensor %s is %s, want F32", src, info.Name, info.DType)
+			return "", fmt.Errorf("export: %s: tensor %s is %s, want F32", src, info.Name, info.DType)
 		}
 		ts = append(ts, model.TensorData{Name: info.Name, DType: dt, Shape: info.Shape, Stream: func(w io.Writer) error {
 			b, err := sf.Bytes(info.Name)
@@ -222,7 +223,7 @@ func convertWeights(src, dst string, dt model.DType) (string, error) {
 	}
 	sum, err := model.WriteSafetensorsSHA256(dst, ts, map[string]string{"format": "pt"})
 	if err != nil {
-		return "", fmt.Errorf("train: export: %w", err)
+		return "", fmt.Errorf("export: %w", err)
 	}
 	return sum, nil
 }
@@ -261,7 +262,7 @@ func writeConverted(w io.Writer, f32 []byte, dt model.DType) error {
 func setConfigDType(raw []byte, name string) ([]byte, error) {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &m); err != nil {
-		return nil, fmt.Errorf("train: export: config.json: %w", err)
+		return nil, fmt.Errorf("export: config.json: %w", err)
 	}
 	want, _ := json.Marshal(name)
 	changed := false
@@ -290,7 +291,7 @@ func setConfigDType(raw []byte, name string) ([]byte, error) {
 func copySmallFiles(src, dst string) error {
 	entries, err := os.ReadDir(src)
 	if err != nil {
-		return fmt.Errorf("train: export: %w", err)
+		return fmt.Errorf("export: %w", err)
 	}
 	for _, e := range entries {
 		n := e.Name()
@@ -302,7 +303,7 @@ func copySmallFiles(src, dst string) error {
 			continue
 		}
 		if err := copyFile(filepath.Join(src, n), filepath.Join(dst, n)); err != nil {
-			return fmt.Errorf("train: export: %w", err)
+			return fmt.Errorf("export: %w", err)
 		}
 	}
 	return nil
@@ -362,4 +363,27 @@ func jsonUnmarshal(data []byte, v any) error {
 		return err
 	}
 	return nil
+}
+
+// DirHint says what dir is when it is a training output or checkpoint
+// rather than a model directory, with what to run instead: for commands
+// that take a model directory (serve, generate, inspect) and would
+// otherwise fail on a missing file. "" when it is neither.
+func DirHint(dir string) string {
+	exists := func(name string) bool {
+		_, err := os.Stat(filepath.Join(dir, name))
+		return err == nil
+	}
+	if exists(stateName) && exists(optimizerName) {
+		return fmt.Sprintf("%s is a training checkpoint, not a model directory: make one with dllm export --checkpoint %s --out MODEL_DIR", dir, dir)
+	}
+	exports, _ := filepath.Glob(filepath.Join(dir, "model-step-*")) // the loop's exports: "model-" + a checkpoint's name
+	if len(exports) > 0 {
+		slices.Sort(exports)
+		return fmt.Sprintf("%s is a training output directory, not a model directory: its newest export is %s", dir, exports[len(exports)-1])
+	}
+	if exists(checkpointsDir) {
+		return fmt.Sprintf("%s is a training output directory with no exported model: make one with dllm export --checkpoint %s --out MODEL_DIR", dir, dir)
+	}
+	return ""
 }

@@ -89,3 +89,34 @@ func TestExportRecordsWeightSums(t *testing.T) {
 		})
 	}
 }
+
+// DirHint names training outputs and checkpoints, and nothing else.
+func TestDirHint(t *testing.T) {
+	out := t.TempDir()
+	if h := DirHint(out); h != "" {
+		t.Errorf("an empty directory: %q", h)
+	}
+	if err := os.MkdirAll(filepath.Join(out, checkpointsDir, "step-0000002"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if h := DirHint(out); !strings.Contains(h, "with no exported model: make one with dllm export --checkpoint "+out) {
+		t.Errorf("checkpoints only: %q", h)
+	}
+	for _, d := range []string{"model-step-0000001", "model-step-0000002"} {
+		if err := os.MkdirAll(filepath.Join(out, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if h := DirHint(out); !strings.HasSuffix(h, "its newest export is "+filepath.Join(out, "model-step-0000002")) {
+		t.Errorf("with exports: %q", h)
+	}
+	ck := filepath.Join(out, checkpointsDir, "step-0000002")
+	for _, f := range []string{stateName, optimizerName} {
+		if err := os.WriteFile(filepath.Join(ck, f), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if h := DirHint(ck); !strings.Contains(h, "is a training checkpoint") {
+		t.Errorf("a checkpoint: %q", h)
+	}
+}

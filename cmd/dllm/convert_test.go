@@ -80,6 +80,7 @@ func TestConvertCommand(t *testing.T) {
 		{"bad flag value", []string{"--from", convertFixture, "--dtype", "int8"}, nil, `dtype "int8"`, nil},
 		{"missing input", []string{"--from", filepath.Join(t.TempDir(), "none")}, nil, "no such file", nil},
 		{"no --from", nil, nil, `"from" not set`, nil},
+		{"block size 0", []string{"--from", convertFixture, "--block-size", "0"}, nil, "convert: block size 0: want at least 1 (--block-size)", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -17,6 +17,7 @@ import (
 	"dllm/model"
 	"dllm/tokenizer"
 	"dllm/torch"
+	"dllm/train"
 )
 
 func generateCommand() *cli.Command {
@@ -55,6 +56,9 @@ func runGenerate(ctx context.Context, c *cli.Command) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt)
 	defer stop()
 	dir := c.String("model")
+	if hint := train.DirHint(dir); hint != "" {
+		return errors.New(hint)
+	}
 	// 1. Everything that can fail fast, before the weights are read.
 	settings, err := generateSettings(c, dir)
 	if err != nil {
@@ -75,7 +79,7 @@ func runGenerate(ctx context.Context, c *cli.Command) error {
 	if err != nil {
 		return err
 	}
-	dtype, err := generateDType(c.String("dtype"), dev)
+	dtype, err := resolveDType(c.String("dtype"), dev)
 	if err != nil {
 		return err
 	}
@@ -185,20 +189,16 @@ func generatePrompt(c *cli.Command, tok *tokenizer.Tokenizer) ([]int64, error) {
 	return out, nil
 }
 
-// generateDType resolves --dtype: bf16 on a GPU, f32 on the CPU (where bf16
-// is slow and rounds the logits) unless named.
-func generateDType(s string, dev torch.Device) (torch.DType, error) {
+// resolveDType resolves a --dtype of auto: bf16 on a GPU, f32 on the CPU
+// (where bf16 is slow and rounds the logits).
+func resolveDType(s string, dev torch.Device) (torch.DType, error) {
 	if s == "auto" {
 		if dev.CUDA {
 			return torch.BFloat16, nil
 		}
 		return torch.Float32, nil
 	}
-	d, err := torch.ParseDType(s)
-	if err == nil && d != torch.BFloat16 && d != torch.Float32 && d != torch.Float16 {
-		err = fmt.Errorf("--dtype %s is not a floating-point type (want bf16, f16 or f32)", s)
-	}
-	return d, err
+	return computeDType(s)
 }
 
 // generateOptions lays the flags that were given over the defaults.

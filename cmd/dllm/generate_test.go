@@ -165,7 +165,7 @@ func TestGenerateCommandErrors(t *testing.T) {
 		{"no prompt", []string{"--model", dir}, "exactly one of"},
 		{"two prompts", []string{"--model", dir, "--ids", "1", "--prompt", "hi"}, "exactly one of"},
 		{"AR with blocks", []string{"--model", tinyModel, "--ar", "--block-size", "4", "--ids", "1"}, "--block-size 4"},
-		{"bad dtype", []string{"--model", dir, "--ids", "1", "--dtype", "i64"}, "not a floating-point type"},
+		{"bad dtype", []string{"--model", dir, "--ids", "1", "--dtype", "i64"}, "want bf16, f16 or f32"},
 		{"id outside vocab", []string{"--model", dir, "--ids", "1,9999"}, "outside the vocabulary"},
 		{"bad threshold", []string{"--model", dir, "--ids", "1", "--threshold", "2"}, "threshold"},
 	}

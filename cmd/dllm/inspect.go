@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"dllm/model"
+	"dllm/train"
 )
 
 // modelInfo is what `dllm inspect` reports.
@@ -44,8 +46,13 @@ func inspectCommand() *cli.Command {
 			if c.NArg() != 1 {
 				return fmt.Errorf("inspect needs one MODEL_DIR argument")
 			}
-			info, err := inspect(c.Args().First())
+			dir := c.Args().First()
+			hint := train.DirHint(dir)
+			info, err := inspect(dir)
 			if err != nil {
+				if hint != "" {
+					return errors.New(hint)
+				}
 				return err
 			}
 			w := c.Root().Writer
@@ -70,6 +77,8 @@ func inspectCommand() *cli.Command {
 				enc.SetEscapeHTML(false)
 				enc.Encode(info.Diffusion)
 				fmt.Fprintf(w, "diffusion     %s", b.String())
+			} else if hint != "" {
+				fmt.Fprintf(w, "diffusion     none here: %s\n", hint)
 			} else {
 				fmt.Fprintf(w, "diffusion     none (an autoregressive checkpoint; see dllm convert)\n")
 			}

@@ -7,6 +7,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"reflect"
+	"strings"
 
 	"github.com/urfave/cli/v3"
 )
@@ -15,6 +17,15 @@ import (
 var version = "dev"
 
 func main() {
+	if err := rootCommand().Run(context.Background(), os.Args); err != nil {
+		fmt.Fprintln(os.Stderr, "dllm:", err)
+		os.Exit(1)
+	}
+}
+
+// rootCommand is dllm with every subcommand, their help's defaults
+// normalised (normalizeDefaults).
+func rootCommand() *cli.Command {
 	app := &cli.Command{
 		Name:    "dllm",
 		Usage:   "convert, train and serve block-diffusion language models",
@@ -34,8 +45,29 @@ func main() {
 			evalCommand(),
 		},
 	}
-	if err := app.Run(context.Background(), os.Args); err != nil {
-		fmt.Fprintln(os.Stderr, "dllm:", err)
-		os.Exit(1)
+	normalizeDefaults(app)
+	return app
+}
+
+// normalizeDefaults makes every flag's help show its default once: a flag
+// whose usage states its default in words ("(default: dllm.json's)") does
+// not also get urfave's "(default: 0)", and a boolean flag that is on by
+// default says so (urfave shows no default for booleans).
+func normalizeDefaults(c *cli.Command) {
+	for _, f := range c.Flags {
+		usage := ""
+		if d, ok := f.(cli.DocGenerationFlag); ok {
+			usage = d.GetUsage()
+		}
+		base := reflect.ValueOf(f).Elem()
+		switch b, isBool := f.(*cli.BoolFlag); {
+		case strings.Contains(usage, "(default:"):
+			base.FieldByName("HideDefault").SetBool(true)
+		case isBool && b.Value && b.DefaultText == "":
+			b.DefaultText = "true"
+		}
+	}
+	for _, sub := range c.Commands {
+		normalizeDefaults(sub)
 	}
 }

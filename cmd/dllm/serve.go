@@ -18,6 +18,7 @@ import (
 
 	"dllm/serve"
 	"dllm/torch"
+	"dllm/train"
 )
 
 func serveCommand() *cli.Command {
@@ -35,7 +36,7 @@ See docs/serve.md.`,
 			&cli.StringFlag{Name: "host", Value: "0.0.0.0", Usage: "address to listen on"},
 			&cli.IntFlag{Name: "port", Value: 8000, Usage: "port to listen on (0 picks a free one)"},
 			&cli.StringFlag{Name: "device", Value: "auto", Usage: "auto (the GPU if there is one), cpu, cuda or cuda:N"},
-			&cli.StringFlag{Name: "dtype", Value: "bf16", Usage: "weight and compute dtype: bf16, f16 or f32"},
+			&cli.StringFlag{Name: "dtype", Value: "auto", Usage: "weight and compute dtype: bf16, f16 or f32; auto is bf16 on a GPU, f32 on the CPU"},
 			&cli.IntFlag{Name: "max-queue", Value: 16, Usage: "requests that may wait behind the running one; more get 503"},
 			&cli.DurationFlag{Name: "request-timeout", Value: 10 * time.Minute, Usage: "limit on one request, queueing included (0: none)"},
 			&cli.DurationFlag{Name: "shutdown-grace", Value: serve.DefaultShutdownGrace, Usage: "on SIGINT/SIGTERM, how long requests in flight may run on before they are cancelled"},
@@ -93,17 +94,18 @@ func runServe(ctx context.Context, c *cli.Command) error {
 	if err != nil {
 		return err
 	}
-	dt, err := torch.ParseDType(c.String("dtype"))
-	if err != nil {
-		return err
-	}
-	if dt != torch.BFloat16 && dt != torch.Float16 && dt != torch.Float32 {
-		return fmt.Errorf("--dtype %s: want bf16, f16 or f32", c.String("dtype"))
+	if d := c.String("dtype"); d != "auto" {
+		if _, err := computeDType(d); err != nil {
+			return err
+		}
 	}
 	// Everything cheap is checked before listening, so a bad model or a
 	// missing GPU is an immediate error rather than a server that never
 	// becomes ready.
 	checked, err := serve.Check(dir)
+	if hint := train.DirHint(dir); err != nil && hint != "" {
+		err = errors.New(hint)
+	}
 	if err != nil {
 		return fmt.Errorf("model %s: %w", dir, err)
 	}
@@ -111,6 +113,10 @@ func runServe(ctx context.Context, c *cli.Command) error {
 		return err
 	}
 	dev, err := pickDevice(c.String("device"))
+	if err != nil {
+		return err
+	}
+	dt, err := resolveDType(c.String("dtype"), dev)
 	if err != nil {
 		return err
 	}
@@ -125,7 +131,7 @@ func runServe(ctx context.Context, c *cli.Command) error {
 	if err != nil {
 		return err
 	}
-	log.Info("listening; loading the model", "url", serve.URL(ln.Addr()), "model", dir, "device", dev.String(), "dtype", c.String("dtype"))
+	log.Info("listening; loading the model", "url", serve.URL(ln.Addr()), "model", dir, "device", dev.String(), "dtype", dt.String())
 	cfg := serve.Config{
 		ModelName:        name,
 		MaxQueue:         c.Int("max-queue"),

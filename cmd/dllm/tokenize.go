@@ -23,8 +23,8 @@ func tokenizeCommand() *cli.Command {
 			&cli.StringFlag{Name: "model", Required: true, Usage: "model `DIR` (tokenizer files are enough) or a tokenizer.json"},
 			&cli.BoolFlag{Name: "json", Usage: `print {"ids": [...]} (with --chat, {"prompt": ..., "ids": [...]})`},
 			&cli.StringFlag{Name: "chat", Usage: "render the JSON list of messages in `FILE.json` through the chat template instead of taking TEXT"},
-			&cli.BoolFlag{Name: "enable-thinking", Value: true, Usage: "with --chat, set enable_thinking (left to the template's default unless given)"},
-			&cli.BoolFlag{Name: "add-generation-prompt", Value: true, Usage: "with --chat, open the assistant's turn"},
+			&cli.BoolFlag{Name: "enable-thinking", Usage: "with --chat, set enable_thinking to this (default: the template's own)"},
+			&cli.BoolFlag{Name: "add-generation-prompt", Value: true, Usage: "with --chat, open the assistant's turn (--add-generation-prompt=false: do not)"},
 		},
 		Action: func(ctx context.Context, c *cli.Command) error {
 			tok, err := tokenizer.Load(c.String("model"))

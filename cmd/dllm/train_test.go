@@ -25,7 +25,7 @@ func runTrainCmds(t *testing.T, args ...string) (string, string, error) {
 		Name:      "dllm",
 		Writer:    &out,
 		ErrWriter: &errOut,
-		Commands:  []*cli.Command{convertCommand(), trainCommand(), exportCommand()},
+		Commands:  []*cli.Command{convertCommand(), trainCommand(), exportCommand(), inspectCommand(), generateCommand(), serveCommand()},
 	}
 	err := app.Run(context.Background(), append([]string{"dllm"}, args...))
 	return out.String(), errOut.String(), err
@@ -67,6 +67,26 @@ func TestTrainAndExportCommands(t *testing.T) {
 	s, err := diffusion.LoadSettings(exp)
 	if err != nil || m.DType != torch.BFloat16 || s.BlockSize != 2 || s.MaskTokenID != 500 {
 		t.Fatalf("export: dtype %v, settings %+v, %v", m.DType, s, err)
+	}
+	// A training output or checkpoint handed where a model directory goes
+	// is named for what it is, with what to run instead.
+	ckpt := filepath.Join(out, "checkpoints", "step-0000003")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"serve", "--model", out, "--port", "0"}, out + " is a training output directory, not a model directory: its newest export is " + filepath.Join(out, "model-step-0000003")},
+		{[]string{"generate", "--model", out, "--prompt", "hi"}, "its newest export is"},
+		{[]string{"inspect", out}, "its newest export is"},
+		{[]string{"serve", "--model", ckpt, "--port", "0"}, "is a training checkpoint, not a model directory: make one with dllm export --checkpoint"},
+		{[]string{"export", "--checkpoint", out, "--out", exp}, "export: " + exp + " exists"},
+	} {
+		if _, _, err := runTrainCmds(t, c.args...); err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "train: export") {
+			t.Errorf("%v: %v\nwant %q", c.args, err, c.want)
+		}
+	}
+	if stdout, _, err := runTrainCmds(t, "inspect", ckpt); err != nil || !strings.Contains(stdout, "training checkpoint") || strings.Contains(stdout, "autoregressive") {
+		t.Errorf("inspect of a checkpoint: %v\n%s", err, stdout)
 	}
 	if _, _, err := runTrainCmds(t, "train", "--config", cfg, "--steps", "3", "--out", out); err == nil || !strings.Contains(err.Error(), "--resume") {
 		t.Fatalf("training over checkpoints without --resume: %v", err)

@@ -52,7 +52,7 @@ func versionCommand() *cli.Command {
 // placement reads the --device and --dtype flags, loading the shim first
 // (the device check needs it).
 func placement(device, dtype string) (torch.Device, torch.DType, error) {
-	dt, err := torch.ParseDType(dtype)
+	dt, err := computeDType(dtype)
 	if err != nil {
 		return torch.CPU, 0, err
 	}
@@ -61,6 +61,16 @@ func placement(device, dtype string) (torch.Device, torch.DType, error) {
 	}
 	dev, err := pickDevice(device)
 	return dev, dt, err
+}
+
+// computeDType reads a --dtype flag's value: a model's weights and
+// compute are bf16, f16 or f32.
+func computeDType(s string) (torch.DType, error) {
+	d, err := torch.ParseDType(s)
+	if err != nil || d != torch.BFloat16 && d != torch.Float16 && d != torch.Float32 {
+		return 0, fmt.Errorf("--dtype %s: want bf16, f16 or f32", s)
+	}
+	return d, nil
 }
 
 // pickDevice resolves "auto" to the first GPU when there is one, and checks
