@@ -277,9 +277,12 @@ func TestConvertPaddedRowIsLinked(t *testing.T) {
 		jsonWithout(t, filepath.Join(tinyLlama, "tokenizer.json"), "added_tokens"); !reflect.DeepEqual(got, want) {
 		t.Error("tokenizer.json changed beyond added_tokens")
 	}
-	if got, want := jsonWithout(t, filepath.Join(out, "tokenizer_config.json"), "added_tokens_decoder"),
-		jsonWithout(t, filepath.Join(tinyLlama, "tokenizer_config.json"), "added_tokens_decoder"); !reflect.DeepEqual(got, want) {
-		t.Error("tokenizer_config.json changed beyond added_tokens_decoder")
+	if got, want := jsonWithout(t, filepath.Join(out, "tokenizer_config.json"), "added_tokens_decoder", "mask_token"),
+		jsonWithout(t, filepath.Join(tinyLlama, "tokenizer_config.json"), "added_tokens_decoder", "mask_token"); !reflect.DeepEqual(got, want) {
+		t.Error("tokenizer_config.json changed beyond added_tokens_decoder and mask_token")
+	}
+	if m := jsonWithout(t, filepath.Join(out, "tokenizer_config.json"))["mask_token"]; m != "<|mask|>" {
+		t.Errorf("tokenizer_config.json mask_token %v, want <|mask|> (transformers' mask_token_id)", m)
 	}
 	dec := jsonWithout(t, filepath.Join(out, "tokenizer_config.json"))["added_tokens_decoder"].(map[string]any)["500"]
 	wantDec := map[string]any{"content": "<|mask|>", "lstrip": false, "normalized": false, "rstrip": false, "single_word": false, "special": true}
@@ -477,10 +480,14 @@ func TestConvertExistingMaskToken(t *testing.T) {
 	if s.MaskTokenID != 505 {
 		t.Errorf("mask id %d, want the existing 505", s.MaskTokenID)
 	}
-	for _, name := range []string{tokenizer.TokenizerFile, tokenizer.TokenizerConfigFile} {
-		if res.Done[name] != Copy || fileSHA256(t, filepath.Join(out, name)) != fileSHA256(t, filepath.Join(from, name)) {
-			t.Errorf("%s was %s, want an unchanged copy", name, res.Done[name])
-		}
+	if name := tokenizer.TokenizerFile; res.Done[name] != Copy || fileSHA256(t, filepath.Join(out, name)) != fileSHA256(t, filepath.Join(from, name)) {
+		t.Errorf("%s was %s, want an unchanged copy", name, res.Done[name])
+	}
+	// tokenizer_config.json gains only mask_token.
+	cfg := jsonWithout(t, filepath.Join(out, tokenizer.TokenizerConfigFile), "mask_token")
+	if !reflect.DeepEqual(cfg, jsonWithout(t, filepath.Join(from, tokenizer.TokenizerConfigFile), "mask_token")) ||
+		jsonWithout(t, filepath.Join(out, tokenizer.TokenizerConfigFile))["mask_token"] != s.MaskToken {
+		t.Errorf("tokenizer_config.json: want the source's with mask_token %q", s.MaskToken)
 	}
 }
 

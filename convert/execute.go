@@ -211,10 +211,9 @@ func (p *Plan) writeFiles(ctx context.Context, dir string, copies []File, prog *
 		}
 		res.Done[f.Name] = f.Action
 	}
-	if p.Mask.How != MaskExisting {
-		if err := tokenizer.AddSpecialToken(dir, p.Mask.Token, p.Mask.ID); err != nil {
-			return nil, nil, err
-		}
+	// The mask token, as transformers reads it (mask_token_id).
+	if err := tokenizer.SetMaskToken(dir, p.Mask.Token, p.Mask.ID); err != nil {
+		return nil, nil, err
 	}
 	return copySums, rewritten, nil
 }

@@ -148,7 +148,7 @@ func (o *Options) check() error {
 		return errors.New("convert: the mask token is empty")
 	}
 	if o.BlockSize < 1 {
-		return fmt.Errorf("convert: block size %d: want at least 1 (--block-size)", o.BlockSize)
+		return fmt.Errorf("convert: block_size %d: want at least 1 (--block-size, or block_size in the preset)", o.BlockSize)
 	}
 	// The rest is dllm.json's own validation, on a settings value built as
 	// Convert will build it.

@@ -178,3 +178,44 @@ func writeAtomic(path string, data []byte) error {
 	}
 	return os.Rename(tmp.Name(), path)
 }
+
+// SetMaskToken makes content at id the tokenizer's mask token in dir, as
+// transformers and other dLLM tools read it: a special added token
+// (AddSpecialToken) unless the tokenizer already maps content to id, and
+// tokenizer_config.json's "mask_token" (the file is created when missing),
+// so that tokenizer.mask_token_id is id.
+func SetMaskToken(dir, content string, id int) error {
+	tok, err := Load(dir)
+	if err != nil {
+		return fmt.Errorf("tokenizer: set mask token: %w", err)
+	}
+	if have, ok := tok.TokenID(content); !ok || have != id {
+		if err := AddSpecialToken(dir, content, id); err != nil {
+			return err
+		}
+	}
+	cfgPath := filepath.Join(dir, TokenizerConfigFile)
+	cfg, err := os.ReadFile(cfgPath)
+	if errors.Is(err, fs.ErrNotExist) {
+		cfg, err = []byte("{}"), nil
+	}
+	if err != nil {
+		return fmt.Errorf("tokenizer: set mask token: %w", err)
+	}
+	doc, err := parseRawObject(cfg)
+	if err != nil {
+		return fmt.Errorf("tokenizer: set mask token: %s: %w", cfgPath, err)
+	}
+	raw, err := marshalRaw(content)
+	if err != nil {
+		return err
+	}
+	doc.set("mask_token", raw)
+	if cfg, err = doc.indented(); err != nil {
+		return err
+	}
+	if err := writeAtomic(cfgPath, cfg); err != nil {
+		return fmt.Errorf("tokenizer: set mask token: %w", err)
+	}
+	return nil
+}

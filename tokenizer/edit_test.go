@@ -112,3 +112,27 @@ func TestAddSpecialTokenWithoutConfig(t *testing.T) {
 		t.Errorf("TokenID = %d, %v", id, ok)
 	}
 }
+
+// SetMaskToken registers the mask where transformers reads it, creating
+// tokenizer_config.json when there is none, and twice is once.
+func TestSetMaskToken(t *testing.T) {
+	for _, withConfig := range []bool{true, false} {
+		dir := copyTiny(t)
+		if !withConfig {
+			os.Remove(filepath.Join(dir, TokenizerConfigFile))
+		}
+		for range 2 {
+			if err := SetMaskToken(dir, "<|mask|>", 500); err != nil {
+				t.Fatal(err)
+			}
+		}
+		tok := load(t, dir)
+		if id, ok := tok.TokenID("<|mask|>"); !ok || id != 500 || !tok.IsSpecial(500) {
+			t.Errorf("config %v: mask %d %v", withConfig, id, ok)
+		}
+		cfg := string(mustRead(t, filepath.Join(dir, TokenizerConfigFile)))
+		if !strings.Contains(cfg, `"mask_token": "<|mask|>"`) || withConfig && !strings.Contains(cfg, "x_unknown") {
+			t.Errorf("config %v: tokenizer_config.json:\n%s", withConfig, cfg)
+		}
+	}
+}

@@ -16,6 +16,7 @@ import (
 
 	"dllm/diffusion"
 	"dllm/model"
+	"dllm/tokenizer"
 )
 
 // TrainInfoFile is the name of the training record written beside
@@ -117,6 +118,9 @@ func Export(checkpoint, out string, o ExportOptions) (err error) {
 	if err != nil {
 		return fmt.Errorf("export: %w", err)
 	}
+	if err := os.Chmod(tmp, 0o755); err != nil { // MkdirTemp makes 0700; model directories are shared as HF's are
+		return fmt.Errorf("export: %w", err)
+	}
 	defer func() {
 		if err != nil {
 			os.RemoveAll(tmp)
@@ -157,6 +161,13 @@ func Export(checkpoint, out string, o ExportOptions) (err error) {
 	}
 	if err := s.Validate(mcfg.VocabSize); err != nil {
 		return fmt.Errorf("export: %w", err)
+	}
+	// The mask token, as transformers reads it (mask_token_id), where the
+	// model is a diffusion model and its tokenizer was copied.
+	if tokDir != "" && cfg.Objective != ObjectiveAR {
+		if err := tokenizer.SetMaskToken(tmp, s.MaskToken, s.MaskTokenID); err != nil {
+			return fmt.Errorf("export: %w", err)
+		}
 	}
 	if err := s.Save(tmp); err != nil {
 		return fmt.Errorf("export: %w", err)

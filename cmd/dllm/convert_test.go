@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -55,10 +56,11 @@ func TestConvertCommand(t *testing.T) {
 				}
 			}},
 		{"defaults", []string{"--from", convertFixture}, []string{"mask <|mask|> = 500 (padded)", "1 linked", "source sha256 "}, "",
-			func(t *testing.T, s *diffusion.Settings, _ string) {
+			func(t *testing.T, s *diffusion.Settings, out string) {
 				if s.BlockSize != 32 || s.Generation.Threshold != 0.9 || s.CreatedBy != "dllm "+version {
 					t.Errorf("settings %+v", s)
 				}
+				checkHFShape(t, out, "<|mask|>")
 			}},
 		{"preset and flags", []string{"--from", convertFixture, "--preset", preset, "--block-size", "4", "--mask-token", "<mask>", "--hash", "fast"},
 			[]string{"mask <mask> = 500", "1 rewritten", "source fingerprint "}, "",
@@ -80,7 +82,7 @@ func TestConvertCommand(t *testing.T) {
 		{"bad flag value", []string{"--from", convertFixture, "--dtype", "int8"}, nil, `dtype "int8"`, nil},
 		{"missing input", []string{"--from", filepath.Join(t.TempDir(), "none")}, nil, "no such file", nil},
 		{"no --from", nil, nil, `"from" not set`, nil},
-		{"block size 0", []string{"--from", convertFixture, "--block-size", "0"}, nil, "convert: block size 0: want at least 1 (--block-size)", nil},
+		{"block size 0", []string{"--from", convertFixture, "--block-size", "0"}, nil, "convert: block_size 0: want at least 1 (--block-size", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -111,5 +113,23 @@ func TestConvertCommand(t *testing.T) {
 			}
 			tt.check(t, s, out)
 		})
+	}
+}
+
+// checkHFShape checks what transformers and other dLLM tools read of a
+// model directory: tokenizer_config.json's mask_token (their
+// tokenizer.mask_token_id) and a directory as readable as HF's (0755).
+func checkHFShape(t *testing.T, dir, mask string) {
+	t.Helper()
+	info, err := os.Stat(dir)
+	if err != nil || info.Mode().Perm() != 0o755 {
+		t.Errorf("%s: mode %v, %v; want 0755", dir, info.Mode().Perm(), err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "tokenizer_config.json"))
+	var cfg struct {
+		MaskToken string `json:"mask_token"`
+	}
+	if err != nil || json.Unmarshal(b, &cfg) != nil || cfg.MaskToken != mask {
+		t.Errorf("%s: tokenizer_config.json mask_token %q (%v), want %q", dir, cfg.MaskToken, err, mask)
 	}
 }

@@ -68,6 +68,7 @@ func TestTrainAndExportCommands(t *testing.T) {
 	if err != nil || m.DType != torch.BFloat16 || s.BlockSize != 2 || s.MaskTokenID != 500 {
 		t.Fatalf("export: dtype %v, settings %+v, %v", m.DType, s, err)
 	}
+	checkHFShape(t, exp, s.MaskToken)
 	// A training output or checkpoint handed where a model directory goes
 	// is named for what it is, with what to run instead.
 	ckpt := filepath.Join(out, "checkpoints", "step-0000003")
