@@ -1,7 +1,6 @@
 package train
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -321,29 +320,21 @@ func TestDistillWeightZero(t *testing.T) {
 	if runs[2].Losses[0] == runs[0].Losses[0] {
 		t.Errorf("weight 0.3 left the first loss unchanged: %v", runs[2].Losses)
 	}
-	recs := readMetrics(t, outs[2])
+	recs := mustMetrics(t, outs[2])
 	if len(recs) != 3 || !(recs[0].DistillLoss > 0) || !(recs[0].Loss > recs[0].DistillLoss) {
 		t.Errorf("metrics with distillation: %+v", recs)
 	}
-	if r := readMetrics(t, outs[0]); r[0].DistillLoss != 0 {
+	if r := mustMetrics(t, outs[0]); r[0].DistillLoss != 0 {
 		t.Errorf("metrics without distillation log a term: %+v", r[0])
 	}
 }
 
-func readMetrics(t *testing.T, out string) []Record {
+// mustMetrics reads out/metrics.jsonl.
+func mustMetrics(t *testing.T, out string) []Record {
 	t.Helper()
-	f, err := os.Open(filepath.Join(out, "metrics.jsonl"))
+	recs, err := readMetrics(filepath.Join(out, "metrics.jsonl"))
 	if err != nil {
 		t.Fatal(err)
-	}
-	defer f.Close()
-	var recs []Record
-	for sc := bufio.NewScanner(f); sc.Scan(); {
-		var r Record
-		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			t.Fatal(err)
-		}
-		recs = append(recs, r)
 	}
 	return recs
 }
@@ -367,7 +358,7 @@ func TestDistillLossFalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	var kl []float64
-	for _, r := range readMetrics(t, c.Out) {
+	for _, r := range mustMetrics(t, c.Out) {
 		kl = append(kl, r.DistillLoss)
 	}
 	first, last := mean(res.Losses[:5]), mean(res.Losses[len(res.Losses)-5:])

@@ -617,7 +617,7 @@ func (t *trainer) run(ctx context.Context) (res *Result, err error) {
 		}
 	}
 	res = &Result{EvalLoss: math.NaN()}
-	start := t.state.Step
+	start, began, startTokens := t.state.Step, time.Now(), t.state.TokensSeen
 	t.rep = newReporter(t.o.Log, t.o.Terminal, c.LogEvery, start, c.Steps)
 	t.logf("%s objective, %d steps from %d, %d x %d sequences of %d tokens per step (%s), %s %s on %s, %s parameters",
 		c.Objective, c.Steps, start, c.GradAccum, c.MicroBatch, t.seqLen, describeSource(t.train), c.DType,
@@ -676,6 +676,9 @@ func (t *trainer) run(ctx context.Context) (res *Result, err error) {
 			if err := t.metrics.write(rec); err != nil {
 				return nil, err
 			}
+			if rec.EvalLoss != nil && !last {
+				t.replot()
+			}
 		}
 		t.rep.step(rec)
 		// Checkpoint (rank 0's alone: the ranks' weights are the same).
@@ -699,7 +702,8 @@ func (t *trainer) run(ctx context.Context) (res *Result, err error) {
 		}
 	}
 	t.rep.finish()
-	t.summary(recs)
+	t.replot()
+	t.summary(recs, time.Since(began), startTokens)
 	res.State, res.Checkpoint = t.state, t.lastCkpt
 	if t.lastCkpt != "" {
 		t.logf("done: step %d, %s tokens, checkpoint %s", t.state.Step, siCount(float64(t.state.TokensSeen)), t.lastCkpt)
@@ -726,32 +730,68 @@ func (t *trainer) run(ctx context.Context) (res *Result, err error) {
 	return res, nil
 }
 
-// summary logs the run's throughput, leaving out its first step (warm-up:
-// allocator growth, kernel selection) when there are more, and on a GPU
-// the peak memory.
-func (t *trainer) summary(recs []Record) {
-	if len(recs) > 1 {
-		recs = recs[1:]
-	}
+// summary ends the run with a table: the steps, tokens and time, the best
+// eval loss (over the whole run, a resumed one's earlier part included),
+// throughput and MFU leaving out this run's first step (warm-up: allocator
+// growth, kernel selection) when there are more, on a GPU the peak memory,
+// and the picture of the metrics.
+func (t *trainer) summary(recs []Record, took time.Duration, startTokens int64) {
 	if len(recs) == 0 {
 		return
 	}
+	first, last := recs[0], recs[len(recs)-1]
+	rows := [][2]string{
+		{"steps", fmt.Sprintf("%d-%d of %d", first.Step, last.Step, t.cfg.Steps)},
+		{"tokens", fmt.Sprintf("%s (%s this run)", siCount(float64(last.Tokens)), siCount(float64(last.Tokens-startTokens)))},
+		{"time", took.Round(time.Second).String()},
+	}
+	all := recs
+	if t.metrics != nil {
+		if r, err := readMetrics(filepath.Join(t.cfg.Out, "metrics.jsonl")); err == nil && len(r) > 0 {
+			all = r
+		}
+	}
+	best, bestStep, lastEval := math.Inf(1), 0, math.NaN()
+	for _, r := range all {
+		if r.EvalLoss != nil {
+			if *r.EvalLoss < best {
+				best, bestStep = *r.EvalLoss, r.Step
+			}
+			lastEval = *r.EvalLoss
+		}
+	}
+	if bestStep > 0 {
+		rows = append(rows, [2]string{"best eval loss", fmt.Sprintf("%.4f at step %d (last %.4f)", best, bestStep, lastEval)})
+	}
+	timed := recs
+	if len(timed) > 1 {
+		timed = timed[1:]
+	}
 	var tps, mfu float64
-	for _, r := range recs {
+	for _, r := range timed {
 		tps += r.TokPerSec
 		if r.MFU != nil {
 			mfu += *r.MFU
 		}
 	}
-	n := float64(len(recs))
-	line := fmt.Sprintf("throughput over steps %d-%d: %s tokens/s", recs[0].Step, recs[len(recs)-1].Step, siCount(tps/n))
+	n := float64(len(timed))
+	thr := fmt.Sprintf("%s tokens/s over steps %d-%d", siCount(tps/n), timed[0].Step, timed[len(timed)-1].Step)
 	if t.dev.CUDA {
-		line += fmt.Sprintf(", MFU %.1f%% of %.0f TFLOPS", 100*mfu/n, t.cfg.PeakTFLOPS)
+		thr += fmt.Sprintf(", MFU %.1f%% of %.0f TFLOPS", 100*mfu/n, t.cfg.PeakTFLOPS)
+	}
+	rows = append(rows, [2]string{"throughput", thr})
+	if t.dev.CUDA {
 		if ms, err := torch.CUDAMemStats(t.dev.Index); err == nil {
-			line += fmt.Sprintf(", peak GPU memory %.1f GB (reserved %.1f GB)", float64(ms.Peak)/1e9, float64(ms.Reserved)/1e9)
+			rows = append(rows, [2]string{"peak GPU memory", fmt.Sprintf("%.1f GB (reserved %.1f GB)", float64(ms.Peak)/1e9, float64(ms.Reserved)/1e9)})
 		}
 	}
-	t.logf("%s", line)
+	if t.metrics != nil {
+		rows = append(rows, [2]string{"metrics", filepath.Join(t.cfg.Out, "metrics.jsonl") + ", " + filepath.Join(t.cfg.Out, PlotFile)})
+	}
+	t.logf("summary:")
+	for _, r := range rows {
+		t.logf("  %-16s %s", r[0], r[1])
+	}
 }
 
 // resolveDevice turns "auto" into the first GPU when there is one.

@@ -1,6 +1,7 @@
 package train
 
 import (
+	"bytes"
 	"bufio"
 	"context"
 	"encoding/json"
@@ -267,12 +268,22 @@ func TestShardData(t *testing.T) {
 	src.Close()
 	c := tinyConfig(dir, filepath.Join(tmp, "out"))
 	c.Data.Train, c.Data.HoldOut, c.Steps, c.EvalSeqs = dc.Out, 4, 4, 4
-	res, err := Run(context.Background(), c, Options{})
+	var log strings.Builder
+	res, err := Run(context.Background(), c, Options{Log: &log})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !(res.EvalLoss > 0) || math.IsInf(res.EvalLoss, 0) {
 		t.Fatalf("eval loss %v", res.EvalLoss)
+	}
+	// The run ends with its summary and a picture of its metrics.
+	for _, want := range []string{"summary:", "steps            1-4 of 4", "best eval loss   ", "throughput", PlotFile} {
+		if !strings.Contains(log.String(), want) {
+			t.Errorf("the log lacks %q:\n%s", want, log.String())
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(c.Out, PlotFile)); err != nil || !bytes.HasPrefix(b, []byte("\x89PNG")) {
+		t.Errorf("%s: %v", PlotFile, err)
 	}
 	if _, err := OpenData(tmp, false, nil); err == nil || !strings.Contains(err.Error(), "dllm data prepare") {
 		t.Fatalf("a directory without manifest: %v", err)
