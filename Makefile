@@ -90,9 +90,11 @@ deps:
 			python3 >/dev/null; \
 	fi
 
+# The tests build with dllm_fault: the distributed launcher's fault
+# injection (DLLM_FAULT_EXIT) exists only in test builds.
 test: deps shim
-	$(GO) vet ./...
-	$(GO) test ./...
+	$(GO) vet -tags dllm_fault ./...
+	$(GO) test -tags dllm_fault ./...
 
 clean:
 	rm -rf bin

@@ -2,7 +2,6 @@ package diffusion
 
 import (
 	"context"
-	"os"
 	"slices"
 	"testing"
 
@@ -13,7 +12,7 @@ import (
 // On a GPU (skipped elsewhere): a fixed-commit generation whose steps are
 // queued before the host reads the picks of the step before (denoise)
 // gives the tokens and step counts of the one that is not
-// ($DLLM_AHEAD=0), also when a stop token ends a block early and the
+// (Sampler.noAhead), also when a stop token ends a block early and the
 // queued step runs for nothing, and so does the next generation on the
 // same decoder (all from graphs by then, where the first ran some forwards
 // eagerly: the two need not match each other). Random weights of
@@ -34,18 +33,15 @@ func TestSamplerCUDAAhead(t *testing.T) {
 	}
 	defer m.Free()
 	st := NewSettings(cfg.VocabSize-1, DefaultMaskToken, 32, true)
-	prompt := make([]int64, 1100) // past $DLLM_ATTN_CUDNN's 1024: the cuDNN path's graphs
+	prompt := make([]int64, 1100) // past 1024 keys: the cuDNN path's graphs
 	for i := range prompt {
 		prompt[i] = int64(i*7919) % int64(cfg.VocabSize-1)
 	}
 	// gen runs two generations on one sampler.
 	gen := func(ahead bool, stop []int64) [2]*Result {
 		t.Helper()
-		if !ahead {
-			os.Setenv("DLLM_AHEAD", "0")
-			defer os.Unsetenv("DLLM_AHEAD")
-		}
 		s := NewSampler(m, st)
+		s.noAhead = !ahead
 		defer s.Close()
 		o := Options{BlockSize: 32, FixedCommit: 3, MaxNewTokens: 4 * 32, ContextLimit: len(prompt) + 4*32, TopP: 1,
 			StopIDs: stop}

@@ -2,7 +2,6 @@ package diffusion
 
 import (
 	"fmt"
-	"os"
 	"time"
 
 	"dllm/model"
@@ -90,7 +89,7 @@ func (e *eagerEngine) free()                { e.cache.Free() }
 type fastEngine struct {
 	d       *model.Decoder
 	limit   int64 // the generation's positions
-	noAhead bool  // $DLLM_AHEAD=0: never queue a step ahead (to measure)
+	noAhead bool  // never queue a step ahead (Sampler.noAhead)
 }
 
 func (e *fastEngine) forward(ids []int64, causal, rows int) (*torch.Tensor, error) {
@@ -113,9 +112,9 @@ func (e *fastEngine) free()                {}
 const minDecoderContext = 4096
 
 // engine returns the engine for a generation of p: the decoder unless
-// s.Eager is set or $DLLM_ENGINE is "eager".
+// s.Eager is set.
 func (s *Sampler) engine(p plan) (engine, error) {
-	if s.eager() {
+	if s.Eager {
 		cache, err := s.model.NewCache(1, p.cacheLen)
 		if err != nil {
 			return nil, err
@@ -138,12 +137,8 @@ func (s *Sampler) engine(p plan) (engine, error) {
 		s.dec = d
 	}
 	s.dec.Reset()
-	return &fastEngine{d: s.dec, limit: int64(p.cacheLen), noAhead: os.Getenv("DLLM_AHEAD") == "0"}, nil
+	return &fastEngine{d: s.dec, limit: int64(p.cacheLen), noAhead: s.noAhead}, nil
 }
-
-// eager reports whether generations run Model.Forward over a KVCache
-// instead of the decoder: s.Eager or $DLLM_ENGINE=eager.
-func (s *Sampler) eager() bool { return s.Eager || os.Getenv("DLLM_ENGINE") == "eager" }
 
 // Reserve makes the decoder for generations of up to n positions in blocks
 // of block tokens now, its KV cache and, on a GPU, the CUDA graphs of the
@@ -151,7 +146,7 @@ func (s *Sampler) eager() bool { return s.Eager || os.Getenv("DLLM_ENGINE") == "
 // generation pays for them on its way: a server calls it while loading.
 // The eager engine has nothing to make.
 func (s *Sampler) Reserve(n, block int) error {
-	if s.eager() {
+	if s.Eager {
 		return nil
 	}
 	if n < 1 || block < 1 {

@@ -21,6 +21,10 @@ type Sampler struct {
 	// Decoder: for a model being trained, whose projections must not be
 	// stacked (Model.NewDecoder), or to compare the two paths.
 	Eager bool
+	// noAhead never queues a fixed-commit step before the host has read
+	// the picks of the step before: the tests' reference for the queued
+	// path.
+	noAhead bool
 }
 
 // NewSampler returns a sampler for m run as s describes (ARSettings for an

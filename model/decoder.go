@@ -40,6 +40,7 @@ func (m *Model) NewDecoder(maxLen, graphs int) (d *Decoder, err error) {
 		Embed: m.Embed, Norm: m.Norm, Head: m.Head,
 		Heads: cfg.NumAttentionHeads, KVHeads: cfg.NumKeyValueHeads,
 		Eps: cfg.RMSNormEps, Cos: cos, Sin: sin, Graphs: graphs,
+		NoNormFold: m.NoNormFold, NoPersistentKernel: m.NoPersistentKernel,
 	}
 	for i := range m.Layers {
 		l := &m.Layers[i]

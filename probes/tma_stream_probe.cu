@@ -9,9 +9,7 @@
 //   once), for several box heights, stage counts and grids;
 // - the copies alone with the gate-up kernel's features added one by one
 //   (stream2_kernel's FEAT bits);
-// - the gate-up kernel with parts left out (gu_var's MODE bits) and
-//   tgemm_gu_kernel with its SiLU step in two warps or spread over four
-//   (outputs compared bit for bit);
+// - the gate-up kernel with parts left out (gu_var's MODE bits);
 // - the layer's chain (output, gate-up with SiLU, down, next QKV; PDL)
 //   after a stand-in for the attention's merge.
 //
@@ -365,22 +363,7 @@ int main() {
   var(gu_var<6, 256>, 256);
   var(gu_var<6, 512>, 512);
 
-  // 5. tgemm_gu_kernel's SiLU step in the two warps that hold the rows or
-  //    spread over four: the same outputs, and their times.
-  {
-    auto k0 = tgemm_gu_kernel<6, false>;
-    auto k1 = tgemm_gu_kernel<6, true>;
-    set(k0, sgu), set(k1, sgu);
-    CK(launch(k0, dim3(F / 48), 160, sgu, s, WM[0][1], xy, out[0], M, F, C, eps));
-    CK(launch(k1, dim3(F / 48), 160, sgu, s, WM[0][1], xy, out[1], M, F, C, eps));
-    CK(cudaStreamSynchronize(s));
-    const double t0 = timed(s, [&](int r) { CK(launch(k0, dim3(F / 48), 160, sgu, s, WM[r][1], xy, h, M, F, C, eps)); });
-    const double t1 = timed(s, [&](int r) { CK(launch(k1, dim3(F / 48), 160, sgu, s, WM[r][1], xy, h, M, F, C, eps)); });
-    std::printf("gate-up's SiLU step in two warps %5.1f us, in four %5.1f us: outputs %s\n", t0, t1,
-                same(out[0], out[1], size_t(M) * F) ? "bit-identical" : "DIFFER");
-  }
-
-  // 6. The chain, as the decoder runs it (residual adds in place).
+  // 5. The chain, as the decoder runs it (residual adds in place).
   auto spin = [&] { CK(launch(spin_kernel, 132, 128, 0, s, 6000LL)); };
   for (int sp : {1, 0}) {
     const double tsp = sp ? timed(s, [&](int) { spin(); }) : 0;

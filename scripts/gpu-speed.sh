@@ -14,14 +14,13 @@
 #   WARMUP=96         untimed tokens before them (bench decode --warmup; a
 #                     kind of forward's graph is captured on its second use)
 #   TESTS='CUDA|PickGreedy'   -test.run pattern for the test binaries ("" skips)
-#   AB=DLLM_GEMV=0    also time with this setting (empty: only as is);
-#                     space-separated settings are timed one by one, a '+'
-#                     joins several into one (A=0+B=0); AB=DLLM_TORCH_LIB=$PWD/x.so
-#                     times another shim (one built here in an earlier call,
-#                     carried back) against this tree's: a change without a
-#                     setting of its own
-#   TEST_AB=DLLM_GEMV=0   also run the tests with this setting (same form;
-#                     DLLM_TORCH_LIB=/abs/x.so runs them on another shim)
+#   AB=DLLM_TORCH_LIB=$PWD/x.so   also time another shim (one built on this
+#                     machine from an earlier commit, carried back) against
+#                     this tree's (empty: only as is); space-separated
+#                     settings are timed one by one, a '+' joins several
+#                     into one (A=0+B=0)
+#   TEST_AB=DLLM_TORCH_LIB=/abs/x.so   also run the tests on another shim
+#                     (same form)
 #   PROBES=gpu_attn_probe.py   probes (probes/) to run first (exactness and timing;
 #                     .cu ones, e.g. gemm_pdl_probe.cu, built with nvcc and
 #                     stopped after 300 s: a probe with a grid barrier can hang)

@@ -11,8 +11,7 @@
 # Environment: STEPS (10), MICRO_BATCH (1), GRAD_ACCUM (1), SEQ_LEN (4096),
 # BLOCK (32), CKPT (true: layer checkpointing), KEEP (0: with CKPT, the last
 # KEEP layers keep their activations), PEAK_TFLOPS (989), KEEP_SHIM (1: reuse
-# bin/libdllmtorch.so from an earlier run). DLLM_FLASH_LAYOUT=0 runs the
-# attention through masked SDPA instead of FlashAttention (torch.Layout).
+# bin/libdllmtorch.so from an earlier run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python3}

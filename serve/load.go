@@ -97,6 +97,9 @@ type LoadOptions struct {
 	// the model is reported ready, so that the first request does not pay
 	// for kernel setup.
 	Warmup bool
+	// NoNormFold and NoPersistentKernel are model.LoadOptions' decoder
+	// choices: less GPU memory, and GPUs shared through MPS.
+	NoNormFold, NoPersistentKernel bool
 }
 
 // ContextLength is the context a model is served with.
@@ -134,7 +137,7 @@ func (c *Checked) Load(ctx context.Context, o LoadOptions) (m *Model, err error)
 		}
 	}()
 
-	lm, err := model.Load(c.Dir, model.LoadOptions{Device: o.Device, DType: o.DType})
+	lm, err := model.Load(c.Dir, model.LoadOptions{Device: o.Device, DType: o.DType, NoNormFold: o.NoNormFold, NoPersistentKernel: o.NoPersistentKernel})
 	if err != nil {
 		return nil, err
 	}

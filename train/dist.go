@@ -49,14 +49,14 @@ type Dist struct {
 	Timeout time.Duration
 	// ExitAfterStep > 0 makes this rank exit with status 3 after that
 	// step, as a crashed rank would (fault injection for the launcher's
-	// tests: DLLM_FAULT_EXIT=RANK:STEP).
+	// tests: DLLM_FAULT_EXIT=RANK:STEP in builds with -tags dllm_fault).
 	ExitAfterStep int
 }
 
 // DistFromEnv reads torchrun's variables: RANK, WORLD_SIZE, LOCAL_RANK,
 // MASTER_ADDR and MASTER_PORT (and TORCHELASTIC_USE_AGENT_STORE with
-// TORCHELASTIC_RESTART_COUNT, as torch.distributed does), plus
-// DLLM_FAULT_EXIT. It is nil, with no error, when WORLD_SIZE is unset or 1:
+// TORCHELASTIC_RESTART_COUNT, as torch.distributed does), plus, in test
+// builds, DLLM_FAULT_EXIT. It is nil, with no error, when WORLD_SIZE is unset or 1:
 // the process trains alone.
 func DistFromEnv(timeout time.Duration) (*Dist, error) {
 	ws := os.Getenv("WORLD_SIZE")
@@ -85,15 +85,10 @@ func DistFromEnv(timeout time.Duration) (*Dist, error) {
 		d.AgentStore = true
 		d.Prefix = fmt.Sprintf("/worker/attempt_%d", num("TORCHELASTIC_RESTART_COUNT", "0"))
 	}
-	if f := os.Getenv("DLLM_FAULT_EXIT"); f != "" {
-		r, s, ok := strings.Cut(f, ":")
-		rank, err1 := strconv.Atoi(r)
-		step, err2 := strconv.Atoi(s)
-		if !ok || err1 != nil || err2 != nil || step < 1 {
-			errs = append(errs, fmt.Sprintf("DLLM_FAULT_EXIT=%q (want RANK:STEP)", f))
-		} else if rank == d.Rank {
-			d.ExitAfterStep = step
-		}
+	if step, err := faultExit(d.Rank); err != nil {
+		errs = append(errs, err.Error())
+	} else {
+		d.ExitAfterStep = step
 	}
 	if len(errs) == 0 && (d.World < 1 || d.Rank >= d.World) {
 		errs = append(errs, fmt.Sprintf("RANK %d of WORLD_SIZE %d", d.Rank, d.World))

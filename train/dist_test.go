@@ -276,14 +276,9 @@ func TestDistFromEnv(t *testing.T) {
 		{"torchrun's agent store", map[string]string{"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "h", "MASTER_PORT": "1",
 			"TORCHELASTIC_USE_AGENT_STORE": "True", "TORCHELASTIC_RESTART_COUNT": "2"},
 			&Dist{World: 2, Addr: "h", Port: 1, AgentStore: true, Prefix: "/worker/attempt_2"}, ""},
-		{"fault for this rank", map[string]string{"WORLD_SIZE": "2", "RANK": "1", "MASTER_ADDR": "h", "MASTER_PORT": "1", "DLLM_FAULT_EXIT": "1:2"},
-			&Dist{Rank: 1, World: 2, LocalRank: 1, Addr: "h", Port: 1, ExitAfterStep: 2}, ""},
-		{"fault for another rank", map[string]string{"WORLD_SIZE": "2", "RANK": "0", "MASTER_ADDR": "h", "MASTER_PORT": "1", "DLLM_FAULT_EXIT": "1:2"},
-			&Dist{World: 2, Addr: "h", Port: 1}, ""},
 		{"no address", map[string]string{"WORLD_SIZE": "2", "RANK": "0", "MASTER_PORT": "1"}, nil, "MASTER_ADDR unset"},
 		{"bad rank", map[string]string{"WORLD_SIZE": "2", "RANK": "2", "MASTER_ADDR": "h", "MASTER_PORT": "1"}, nil, "RANK 2 of WORLD_SIZE 2"},
 		{"bad number", map[string]string{"WORLD_SIZE": "two", "RANK": "0", "MASTER_ADDR": "h", "MASTER_PORT": "1"}, nil, `WORLD_SIZE="two"`},
-		{"bad fault", map[string]string{"WORLD_SIZE": "2", "RANK": "0", "MASTER_ADDR": "h", "MASTER_PORT": "1", "DLLM_FAULT_EXIT": "1"}, nil, "RANK:STEP"},
 	}
 	vars := []string{"WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RESTART_COUNT", "DLLM_FAULT_EXIT"}
 	for _, c := range cases {

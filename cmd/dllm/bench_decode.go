@@ -44,7 +44,7 @@ once plus the KV cache at C, at --bandwidth-gbs.
 With --server: times streamed chat completions against an OpenAI-compatible
 server (dllm serve or any other): time to first token and tokens/s.
 See docs/performance.md.`,
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "model", Usage: "model `DIR` with weights (its dllm.json when there is one); with --server, the model name to send"},
 			&cli.StringFlag{Name: "config", Usage: "config.json (or its directory) for random weights of that shape"},
 			&cli.StringFlag{Name: "device", Value: "auto", Usage: "cpu, cuda, cuda:N or auto"},
@@ -68,7 +68,7 @@ See docs/performance.md.`,
 			&cli.IntFlag{Name: "requests", Value: 3, Usage: "with --server: timed requests (after one short warm-up)"},
 			&cli.BoolFlag{Name: "ignore-eos", Value: true, Usage: "with --server: send ignore_eos (vLLM's extension, which dllm serve honours too) so every request runs to max_tokens"},
 			&cli.DurationFlag{Name: "timeout", Value: 10 * time.Minute, Usage: "with --server: limit per request"},
-		},
+		}, decoderFlags()...),
 		Action: benchDecode,
 	}
 }
@@ -280,11 +280,11 @@ func benchDecodeModel(c *cli.Command, dev torch.Device, dt torch.DType) (*model.
 		} else if !errors.Is(serr, fs.ErrNotExist) {
 			return nil, nil, serr
 		}
-		m, err = model.Load(dir, model.LoadOptions{Device: dev, DType: dt})
+		m, err = model.Load(dir, model.LoadOptions{Device: dev, DType: dt, NoNormFold: c.Bool("no-norm-fold"), NoPersistentKernel: c.Bool("no-persistent-kernel")})
 	case c.String("config") != "":
 		var cfg *model.Config
 		if cfg, err = model.LoadConfig(c.String("config")); err == nil {
-			m, err = model.NewRandom(cfg, model.LoadOptions{Device: dev, DType: dt}, 0, 0.02)
+			m, err = model.NewRandom(cfg, model.LoadOptions{Device: dev, DType: dt, NoNormFold: c.Bool("no-norm-fold"), NoPersistentKernel: c.Bool("no-persistent-kernel")}, 0, 0.02)
 		}
 	default:
 		return nil, nil, fmt.Errorf("give --model DIR or --config FILE (or --server URL)")

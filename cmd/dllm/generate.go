@@ -29,7 +29,7 @@ func generateCommand() *cli.Command {
 prints tokens, steps, tokens per forward (TPF) and speed to stderr; --json
 prints one object instead. Options default to the model's dllm.json.
 See docs/sampler.md.`,
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "model", Required: true, Usage: "model `DIR` made by dllm convert (any Llama checkpoint with --ar)"},
 			&cli.StringFlag{Name: "prompt", Usage: "raw prompt `TEXT`, encoded without the chat template"},
 			&cli.StringFlag{Name: "chat", Usage: "JSON list of messages in `FILE.json`, rendered with the chat template"},
@@ -47,7 +47,7 @@ See docs/sampler.md.`,
 			&cli.StringFlag{Name: "dtype", Value: "auto", Usage: "bf16 or f32; auto is bf16 on a GPU, f32 on the CPU"},
 			&cli.BoolFlag{Name: "json", Usage: "print {ids, text, steps, tpf, finish_reason, prompt_tokens, seconds, checked, accepted}"},
 			&cli.BoolFlag{Name: "ar", Usage: "decode the checkpoint as the AR model it was (block size 1 with the shift, no dllm.json needed): the baseline"},
-		},
+		}, decoderFlags()...),
 		Action: runGenerate,
 	}
 }
@@ -84,7 +84,7 @@ func runGenerate(ctx context.Context, c *cli.Command) error {
 		return err
 	}
 	// 2. The model.
-	m, err := model.Load(dir, model.LoadOptions{Device: dev, DType: dtype})
+	m, err := model.Load(dir, model.LoadOptions{Device: dev, DType: dtype, NoNormFold: c.Bool("no-norm-fold"), NoPersistentKernel: c.Bool("no-persistent-kernel")})
 	if err != nil {
 		return err
 	}

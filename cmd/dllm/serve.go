@@ -31,7 +31,7 @@ GET /health. The server listens at once and answers 503 until the model is
 loaded; requests then run one at a time through a FIFO queue. SIGINT or
 SIGTERM stops it: in-flight requests get a few seconds, then are cancelled.
 See docs/serve.md.`,
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "model", Usage: "dllm model `DIR` (made by dllm convert)", Required: true},
 			&cli.StringFlag{Name: "host", Value: "0.0.0.0", Usage: "address to listen on"},
 			&cli.IntFlag{Name: "port", Value: 8000, Usage: "port to listen on (0 picks a free one)"},
@@ -52,7 +52,7 @@ See docs/serve.md.`,
 			&cli.BoolFlag{Name: "no-warmup", Usage: "skip the warm-up before reporting ready (a short generation; on a GPU the KV cache and graphs of the whole context)"},
 			&cli.BoolFlag{Name: "log-json", Usage: "log JSON lines instead of text"},
 			&cli.BoolFlag{Name: "debug-stats", Usage: "serve GET /debug/stats (goroutines, memory, open files, live tensors) for load tests"},
-		},
+		}, decoderFlags()...),
 		Action: runServe,
 	}
 }
@@ -148,7 +148,8 @@ func runServe(ctx context.Context, c *cli.Command) error {
 	if c.Bool("verify") && len(checked.Settings.WeightsSHA256) == 0 {
 		log.Info("dllm.json records no weights_sha256 (converted with --hash fast, or by an older dllm): the weights are checked for NaN/Inf only")
 	}
-	opts := serve.LoadOptions{Device: dev, DType: dt, MaxModelLen: c.Int("max-model-len"), Warmup: !c.Bool("no-warmup"), Verify: c.Bool("verify")}
+	opts := serve.LoadOptions{Device: dev, DType: dt, MaxModelLen: c.Int("max-model-len"), Warmup: !c.Bool("no-warmup"), Verify: c.Bool("verify"),
+		NoNormFold: c.Bool("no-norm-fold"), NoPersistentKernel: c.Bool("no-persistent-kernel")}
 	return serve.Run(ctx, ln, cfg, func(ctx context.Context) (*serve.Model, error) {
 		return checked.Load(ctx, opts)
 	})

@@ -63,6 +63,15 @@ func placement(device, dtype string) (torch.Device, torch.DType, error) {
 	return dev, dt, err
 }
 
+// decoderFlags are the fast decoder's choices a user may need on a GPU:
+// memory, and GPUs shared through MPS (model.LoadOptions).
+func decoderFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.BoolFlag{Name: "no-norm-fold", Usage: "save the decoder's copies of the QKV and gate-up weights with the RMSNorm folded in (2.4 GB for MiniCPM5-2B) for 3-4% slower block steps"},
+		&cli.BoolFlag{Name: "no-persistent-kernel", Usage: "keep block steps off the persistent kernel, which needs an SM for each of its CTAs at once: for a GPU shared through MPS"},
+	}
+}
+
 // computeDType reads a --dtype flag's value: a model's weights and
 // compute are bf16, f16 or f32.
 func computeDType(s string) (torch.DType, error) {

@@ -920,23 +920,21 @@ struct Decoder {
   double eps = 1e-6, scale = 0;
   bool flash = false;  // attention through FlashAttention 2
   bool kernels = false; // RMSNorm, RoPE and SiLU-mul through kernels.cu
-  bool gemv = false;    // kernels.cu's GEMV for one-token forwards
-  bool attn = false;    // kernels.cu's attention for rows without a mask (head dim 128)
-  bool whole = false;   // one graph per forward where attention is attn's
+  bool attn = false;    // kernels.cu's attention for rows without a mask (head dim 128); one graph per forward
   bool fold = false;    // RMSNorm weights folded into the matmuls of forwards of 2+ tokens
-  bool cudnn = false;       // with attn: long block steps' attention through cuDNN (attend_cudnn)
-  int64_t cudnn_from = 0;   // for contexts past this many keys
-  int64_t cudnn_chunks = 0; // $DLLM_ATTN_CUDNN_CHUNKS (8, 16, 32 or 64) instead of chunks' choice, to measure
-  bool cudnn_tiles = false; // cudnn_bucket cuts chunks of whole 128-key tiles (else 2048-slot buckets, chunks)
+  // With attn, block steps (and fused commits, their own keys apart:
+  // attend_cudnn) over contexts past kCudnnFrom keys attend through cuDNN,
+  // where it gains (H200: 32k 4.45 -> 3.70 ms a step, 8k 3.16 -> 2.94).
+  static constexpr int64_t kCudnnFrom = 1024;
+  bool cudnn = false;
   int64_t sms = 0;          // the device's SMs (cudnn_bucket's one wave)
-  bool fill_nodes = false;  // the cuDNN path's graphs get kernel nodes for their memset nodes (see capture)
-  bool fill_lift = false;   // those kernel nodes run beside RoPE, not after it (see capture)
-  bool fused_cudnn = false; // the cuDNN path takes forwards with causal rows too (attend_cudnn's own keys)
-  at::Tensor own_k, own_v, own_pos; // for it: a forward's own keys and values (64, Hkv, D); 0, 1, ... 63
-  bool own_fork = false;    // attend_cudnn's own-key attention on a stream of its own, beside cuDNN's call
+  at::Tensor own_k, own_v, own_pos; // a fused commit's own keys and values (64, Hkv, D); 0, 1, ... 63
   int64_t written = 0;      // the cache slots [written, Max) are zero (the cuDNN path reads past the context)
   at::Tensor post_bar;      // post_fused's barrier count (DTK_TMA_POST_SYNC bytes, zero at first)
-  int64_t qkv_ahead = 0;    // whole-forward graphs of up to this many rows: post_fused also runs the next layer's QKV projection
+  bool persistent = true;   // post_fused may run (DT_DECODER_NO_PERSISTENT turns it off)
+  // Whole-forward graphs of up to this many rows with kernels: the
+  // persistent kernel also runs the next layer's QKV projection.
+  static constexpr int64_t kQkvAhead = 64;
   int graphs = 0;      // capture graphs for query lengths up to this
 #ifdef DLLM_KERNELS
   // The device inputs of the last forward that ran from a graph's own
@@ -944,40 +942,13 @@ struct Decoder {
   // reads its canvas from their end. Null after any other forward.
   const int64_t *last_in = nullptr;
   int64_t last_n = 0;
-  at::Tensor stamp; // DLLM_STAMP: the kernels' host-turn stamps (dtk_stamp_init), reported when freed
-  ~Decoder() {
-    if (!stamp.defined()) return;
-    dtk_stamp_init(nullptr);
-    auto h = stamp.cpu();
-    auto *v = h.data_ptr<int64_t>();
-    int64_t n = std::min<int64_t>(v[3], 1024);
-    std::vector<double> a[2], b[2]; // from the host's ids, from commit_top
-    for (int64_t i = n / 5; i < n; i++) { // past the warm-up
-      const int k = v[8 + 2 * i] >> 62 & 1;
-      const int64_t gap = v[8 + 2 * i] & ((int64_t(1) << 62) - 1);
-      if (gap > 0) a[k].push_back(gap / 1e3);
-      if (v[9 + 2 * i] > 0) b[k].push_back(v[9 + 2 * i] / 1e3);
-    }
-    auto q = [](std::vector<double> &x, double f) {
-      if (x.empty()) return 0.0;
-      std::sort(x.begin(), x.end());
-      return x[std::min(x.size() - 1, static_cast<size_t>(f * x.size()))];
-    };
-    for (int k = 0; k < 2; k++)
-      if (!a[k].empty())
-        std::fprintf(stderr,
-                     "dllm: stamps, %zu forwards %s: pick end to their first kernel us p10/p50/p90 "
-                     "%.1f/%.1f/%.1f; that to the first RoPE %.1f/%.1f/%.1f\n",
-                     a[k].size(), k ? "queued ahead" : "from the host's ids", q(a[k], 0.1), q(a[k], 0.5),
-                     q(a[k], 0.9), q(b[k], 0.1), q(b[k], 0.5), q(b[k], 0.9));
-  }
 #endif
   std::map<int64_t, int> seen; // forwards per capture key (see forward), before capture
 #ifdef DLLM_CUDA
   std::map<int64_t, Captured> captured;
   c10::optional<c10::cuda::CUDAStream> side;
 #ifdef DLLM_CUDNN_ATTN
-  c10::optional<c10::cuda::CUDAStream> fork; // own_fork's stream (high priority: not side)
+  c10::optional<c10::cuda::CUDAStream> fork; // attend_cudnn's own-key stream (high priority: not side)
   at::cuda::CUDAEvent fork_in, fork_out;
 #endif
   at::cuda::MempoolId_t pool{0, 0};
@@ -1023,7 +994,7 @@ struct Decoder {
 #ifdef DLLM_KERNELS
     auto aligned = [](const at::Tensor &t) { return (reinterpret_cast<uintptr_t>(t.data_ptr()) & 15) == 0; };
     auto K = w.size(1);
-    if (gemv && x.size(0) == 1 && K % 8 == 0 && K <= DTK_GEMV_MAX_K && x.size(1) == (in == kInSiluMul ? 2 * K : K) &&
+    if (kernels && x.size(0) == 1 && K % 8 == 0 && K <= DTK_GEMV_MAX_K && x.size(1) == (in == kInSiluMul ? 2 * K : K) &&
         x.is_contiguous() && w.is_contiguous() && aligned(x) && aligned(w) && (!acc.defined() || acc.is_contiguous()) &&
         (in != kInNorm || (nw.is_contiguous() && aligned(nw)))) {
       static_assert(kInNorm == DTK_GEMV_NORM && kInSiluMul == DTK_GEMV_SILU_MUL, "lin_in's codes are kernels.h's");
@@ -1220,26 +1191,23 @@ struct Decoder {
     auto v = ly.vc.narrow(0, 0, Sb).view({P, Sp, Hkv, D}).permute({0, 2, 1, 3});
     int dt = static_cast<int>(q.scalar_type());
     // A fused commit's own keys first: dtk_attn_own depends on RoPE alone,
-    // so with own_fork it runs on its own stream beside cuDNN's call (a
-    // fork and join in the graph) instead of after it, where it would pay
-    // a whole launch (cuDNN's kernel lets nothing launch early).
+    // so it runs on a stream of its own beside cuDNN's call (a fork and
+    // join in the graph) instead of after it, where it would pay a whole
+    // launch (cuDNN's kernel lets nothing launch early).
     at::Tensor own, own_lse;
     if (c > 0) {
       own = at::empty({Hkv, R, D}, q.options());
       own_lse = at::empty({Hkv, R}, q.options().dtype(at::kFloat));
       auto cur = c10::cuda::getCurrentCUDAStream();
-      void *st = cur.stream();
-      if (own_fork) {
-        if (!fork) fork = c10::cuda::getStreamFromPool(true, cur.device_index());
-        fork_in.record(cur);
-        fork_in.block(*fork);
-        st = fork->stream();
-      }
+      if (!fork) fork = c10::cuda::getStreamFromPool(true, cur.device_index());
+      fork_in.record(cur);
+      fork_in.block(*fork);
+      void *st = fork->stream();
       check_launch(dtk_attn_own(dt, q.data_ptr(), own_k.data_ptr(), own_v.data_ptr(), own.data_ptr(),
                                 own_lse.data_ptr<float>(), Tn, H, Hkv, own_pos.data_ptr<int64_t>(), c,
                                 static_cast<float>(attn_scale()), st),
                    "attn_own");
-      if (own_fork) fork_out.record(*fork);
+      fork_out.record(*fork);
     }
     auto r = at::_scaled_dot_product_cudnn_attention(qf, k, v, c10::nullopt, true, 0.0, false, false, attn_scale());
     const auto &o = std::get<0>(r);   // (P, Hkv, R, D)
@@ -1249,7 +1217,7 @@ struct Decoder {
                 lse.scalar_type(), " is not as expected");
     auto out = at::empty({Tn, H * D}, q.options());
     if (c > 0) {
-      if (own_fork) fork_out.block(c10::cuda::getCurrentCUDAStream());
+      fork_out.block(c10::cuda::getCurrentCUDAStream());
       check_launch(dtk_attn_merge_lse_own(dt, o.data_ptr(), o.stride(0), o.stride(1), o.stride(2),
                                           lse.data_ptr<float>(), lse.stride(0), lse.stride(1), lse.stride(2),
                                           positions.data_ptr<int64_t>(), Sb, out.data_ptr(), Tn, H, Hkv, P,
@@ -1337,7 +1305,7 @@ struct Decoder {
                   at::Tensor *qparts = nullptr) {
 #ifdef DLLM_KERNELS
     // Past 64 rows (prefill) the kernel never runs: no scratch for it then.
-    if (!kernels || !post_bar.defined() || x.size(0) > 64 || !x.is_contiguous() || !ly.wgu_n.is_contiguous() ||
+    if (!kernels || !persistent || !post_bar.defined() || x.size(0) > 64 || !x.is_contiguous() || !ly.wgu_n.is_contiguous() ||
         !ly.wdown.is_contiguous() || (ao.defined() && (!ao.is_contiguous() || !ly.wo.is_contiguous())))
       return false;
     auto M = x.size(0), C = x.size(1), F = ly.wdown.size(1);
@@ -1426,27 +1394,26 @@ struct Decoder {
       // cuDNN's call is a memset and its kernel; as a graph node between
       // RoPE and that kernel the memset costs ~5 us a layer (H200 trace,
       // docs/history.md), as a kernel node ~1. So the graph is kept
-      // uninstantiated until its memset nodes are kernel nodes; with
-      // fill_lift those depend on the QKV projection instead of RoPE, and
-      // run beside RoPE. That is safe because what the memset zeroes is
+      // uninstantiated until its memset nodes are kernel nodes, which
+      // depend on the QKV projection instead of RoPE and run beside RoPE. That is safe because what the memset zeroes is
       // memory the caching allocator handed cuDNN's call, which is none
       // that RoPE reads or writes: its outputs are alive then, and so is
       // its input, the QKV output, which the loop below holds until then;
       // everything older is done once the QKV projection is.
-      bool fill = bucket.P > 0 && fill_nodes;
+      bool fill = bucket.P > 0;
       auto g = std::make_unique<at::cuda::CUDAGraph>(fill);
 #else
       auto g = std::make_unique<at::cuda::CUDAGraph>();
 #endif
       g->capture_begin(pool, cudaStreamCaptureModeThreadLocal);
       auto x = embed.index_select(0, c.ids);
-      at::Tensor qparts; // the next layer's QKV projection, from the layer before's post (qkv_ahead)
+      at::Tensor qparts; // the next layer's QKV projection, from the layer before's post (kQkvAhead)
       for (size_t l = 0; l < layers.size(); l++) {
         auto &ly = layers[l];
-        at::Tensor qkv; // held through cuDNN's call (see fill_lift above)
+        at::Tensor qkv; // held through cuDNN's call (see the memset nodes above)
         auto q = pre(ly, x, c.pos, bucket.P > 0, bucket.P > 0 && rows > 0, &qkv, qparts);
         qparts = at::Tensor();
-        const DecLayer *next = Tn <= qkv_ahead && l + 1 < layers.size() ? &layers[l + 1] : nullptr;
+        const DecLayer *next = kernels && Tn <= kQkvAhead && l + 1 < layers.size() ? &layers[l + 1] : nullptr;
         x = post(ly, x, attend_all(ly, q, c.pos, rows, bucket), next, next ? &qparts : nullptr);
       }
       c.hn = norm_(x, norm);
@@ -1454,11 +1421,8 @@ struct Decoder {
 #ifdef DLLM_CUDNN_ATTN
       if (fill) {
         int n = 0;
-        check_launch(dtk_graph_fill_memsets(g->raw_cuda_graph(), fill_lift ? 1 : 0, &n), "graph memset nodes");
+        check_launch(dtk_graph_fill_memsets(g->raw_cuda_graph(), &n), "graph memset nodes");
         g->instantiate();
-        if (std::getenv("DLLM_CAPTURE_LOG"))
-          std::fprintf(stderr, "dllm: %d memset nodes of the graph for %lld tokens at %lld made kernel nodes\n", n,
-                       static_cast<long long>(Tn), static_cast<long long>(end));
       }
 #endif
       if (pool.first == 0 && pool.second == 0) pool = g->pool();
@@ -1573,8 +1537,7 @@ struct Decoder {
 #endif
 
   // prepare captures the cuDNN path's graphs for block steps of T tokens
-  // (no causal rows), and with fused_cudnn for fused commits (2 T tokens, T
-  // causal), at every context bucket up to upto, so that no
+  // (no causal rows), and for fused commits (2 T tokens, T causal), at every context bucket up to upto, so that no
   // generation pays for a bucket's first forwards (~80 ms: an eager
   // forward, the capture, and cuDNN planning the new shape in PyTorch's
   // cache of the calling OS thread, which Go does not keep; ~50 ms here,
@@ -1583,20 +1546,20 @@ struct Decoder {
     int64_t n = 0;
 #if defined(DLLM_CUDA) && defined(DLLM_KERNELS)
     upto = std::min(upto, cos.size(0));
-    if (graphs < Tn || !whole || cudnn_bucket(Tn, 0, upto).P == 0) return 0;
-    double ms = on_side([&] {
+    if (graphs < Tn || !attn || cudnn_bucket(Tn, 0, upto).P == 0) return 0;
+    on_side([&] {
       // One eager forward of the length, as capture wants (cuBLAS's
       // workspace on the side stream); its keys and values at [0, T) are
       // overwritten by the next sequence.
-      // With fused_cudnn also a fused commit's: 2 T tokens, T causal.
-      bool fused = fused_cudnn && 2 * Tn <= graphs && 2 * Tn <= own_k.size(0);
+      // Also a fused commit's: 2 T tokens, T causal.
+      bool fused = 2 * Tn <= graphs && 2 * Tn <= own_k.size(0);
       clear_past(fused ? 2 * Tn : Tn, fused ? Tn : 0, fused ? 2 * Tn : Tn);
       eager(at::zeros({Tn}, embed.options().dtype(at::kLong)), 0, 0);
       if (fused) eager(at::zeros({2 * Tn}, embed.options().dtype(at::kLong)), 0, Tn);
       // Every bucket's last context is a multiple of kCudnnTile (or upto).
       // (A bucket whose capture finds no cuDNN kernel turns the path off.)
       std::vector<int64_t> ends;
-      for (int64_t e = cudnn_from + 1; e < upto; e = (e / kCudnnTile + 1) * kCudnnTile) ends.push_back(e);
+      for (int64_t e = kCudnnFrom + 1; e < upto; e = (e / kCudnnTile + 1) * kCudnnTile) ends.push_back(e);
       ends.push_back(upto);
       for (auto end : ends) {
         if (!cudnn) break;
@@ -1610,9 +1573,6 @@ struct Decoder {
         }
       }
     });
-    if (std::getenv("DLLM_CAPTURE_LOG"))
-      std::fprintf(stderr, "dllm: %lld graphs of %lld-token block steps prepared up to %lld: %.1f ms\n",
-                   static_cast<long long>(n), static_cast<long long>(Tn), static_cast<long long>(upto), ms);
 #else
     (void)Tn, (void)upto;
 #endif
@@ -1625,7 +1585,7 @@ struct Decoder {
   // runs between them, told causal at each replay).
   // The cuDNN path's forwards have a graph per context bucket too.
   int64_t capture_key(int64_t Tn, int64_t causal, int64_t end) const {
-    if (!whole) return Tn;
+    if (!attn) return Tn;
     return -(cudnn_bucket(Tn, causal, end).key() * (int64_t(1) << 32) + Tn * (int64_t(1) << 20) +
              causal_rows(Tn, causal));
   }
@@ -1634,14 +1594,14 @@ struct Decoder {
   // tokens ending at end (its graph serves every end that gives the same
   // cut), the slots past end zero; none (P = 0) where the shim's
   // attention runs: one-token forwards, forwards whose first rows attend
-  // causally (a fused commit) without fused_cudnn or past 64 tokens, and
-  // contexts up to cudnn_from. A new bucket costs ~80 ms where a
+  // causally (a fused commit) past 64 tokens, and contexts up to
+  // kCudnnFrom. A new bucket costs ~80 ms where a
   // generation first reaches it (an eager forward, the capture, and cuDNN
   // planning the new shape in PyTorch's cache of the calling OS thread),
   // ~50 ms ahead of use (prepare).
   Bucket cudnn_bucket(int64_t Tn, int64_t causal, int64_t end) const {
-    if (!cudnn || Tn < 2 || end <= cudnn_from) return {};
-    if (causal_rows(Tn, causal) > 0 && !(fused_cudnn && Tn <= own_k.size(0))) return {};
+    if (!cudnn || Tn < 2 || end <= kCudnnFrom) return {};
+    if (causal_rows(Tn, causal) > 0 && Tn > own_k.size(0)) return {};
     auto b = cut(Tn, end);
     return b.slots() <= layers[0].kc.size(0) ? b : Bucket{};
   }
@@ -1655,16 +1615,9 @@ struct Decoder {
   // 512, on 132 SMs), and on one tile as few chunks as cover the end, in
   // steps of 4 (fewer CTAs and fewer splits to merge). Past one tile a
   // bucket is kCudnnTile x most contexts wide. At most 64 chunks, as the
-  // merge takes at most 128 splits and Bucket::key 127. Without
-  // cudnn_tiles: 2048-slot buckets cut into chunks(Sb).
+  // merge takes at most 128 splits and Bucket::key 127.
   Bucket cut(int64_t Tn, int64_t end) const {
     Bucket b;
-    if (!cudnn_tiles) {
-      int64_t Sb = cudnn_ceil(end);
-      b.P = chunks(Sb);
-      b.Sp = Sb / b.P;
-      return b;
-    }
     int64_t rows = Tn * (H / Hkv);
     int64_t most = std::clamp<int64_t>(sms / (Hkv * ((rows + kCudnnTile - 1) / kCudnnTile)), 1, 64);
     int64_t t = (end + most * kCudnnTile - 1) / (most * kCudnnTile);
@@ -1673,12 +1626,7 @@ struct Decoder {
     return b;
   }
 
-  // Without cudnn_tiles the cuDNN path cuts a bucket of Sb slots into
-  // chunks(Sb) chunks (DLLM_CUDNN_TILES=0, to measure): 16 up to 8k keys,
-  // else 32 (docs/history.md). Such buckets are kCudnnGrain slots.
-  static constexpr int64_t kCudnnGrain = 2048, kCudnnTile = 128;
-  int64_t chunks(int64_t Sb) const { return cudnn_chunks > 0 ? cudnn_chunks : Sb <= 8192 ? 16 : 32; }
-  static int64_t cudnn_ceil(int64_t n) { return (n + kCudnnGrain - 1) / kCudnnGrain * kCudnnGrain; }
+  static constexpr int64_t kCudnnTile = 128; // cuDNN's key tile
 
   // causal_rows is how many of T rows attend causally given causal: a
   // single token sees the same keys either way.
@@ -1732,14 +1680,10 @@ struct Decoder {
       // come once are never captured.
       if (++seen[key] >= 2) {
         at::Tensor h;
-        double ms = on_side([&] {
+        on_side([&] {
           h = eager(ids, pos, causal);
           capture(Tn, causal, all, pos + Tn);
         });
-        if (std::getenv("DLLM_CAPTURE_LOG"))
-          std::fprintf(stderr, "dllm: forward of %lld tokens (%lld causal) ending at %lld: eager + capture %.1f ms\n",
-                       static_cast<long long>(Tn), static_cast<long long>(causal_rows(Tn, causal)),
-                       static_cast<long long>(pos + Tn), ms);
         return h;
       }
     }
@@ -1754,7 +1698,7 @@ extern "C" {
 
 dt_err dt_decoder_new(dt_tensor embed, dt_tensor norm, dt_tensor head, const dt_tensor *layers, int n_layers,
                       int n_head, int n_kv_head, double eps, double attn_scale, dt_tensor cos, dt_tensor sin,
-                      int graphs, dt_decoder *out) {
+                      int graphs, int options, dt_decoder *out) {
   return guard([&] {
     TORCH_CHECK(n_layers > 0 && n_head > 0 && n_kv_head > 0 && n_head % n_kv_head == 0,
                 "decoder: bad layer or head counts");
@@ -1792,70 +1736,29 @@ dt_err dt_decoder_new(dt_tensor embed, dt_tensor norm, dt_tensor head, const dt_
     d->kernels = cuda && (st == at::kBFloat16 || st == at::kHalf) && d->D % 2 == 0 && d->D <= 2048 &&
                  d->cos.is_contiguous() && d->cos.scalar_type() == st;
     if (d->kernels) d->post_bar = at::zeros({DTK_TMA_POST_SYNC / 8}, d->embed.options().dtype(at::kLong));
-    if (d->kernels && std::getenv("DLLM_STAMP")) {
-      d->stamp = at::zeros({8 + 2048}, d->embed.options().dtype(at::kLong));
-      TORCH_CHECK(dtk_stamp_init(d->stamp.data_ptr()) == 0, "decoder: DLLM_STAMP");
-    }
-    // DLLM_QKV_AHEAD=0 keeps each layer's QKV projection a kernel of its
-    // own instead of the persistent kernel's last phase, =32 only in
-    // forwards of up to 32 rows (to measure).
-    const char *qa = std::getenv("DLLM_QKV_AHEAD");
-    d->qkv_ahead = !d->kernels ? 0 : qa && *qa ? std::atoll(qa) : 64;
-    // DLLM_GEMV=0 keeps cuBLAS for every matmul (to measure the difference).
-    const char *g = std::getenv("DLLM_GEMV");
-    d->gemv = d->kernels && !(g && std::string(g) == "0");
-    // DLLM_ATTN=0 keeps FlashAttention for every attention (to measure).
-    const char *at_ = std::getenv("DLLM_ATTN");
-    d->attn = d->kernels && d->flash && d->D == 128 && !(at_ && std::string(at_) == "0");
+    d->attn = d->kernels && d->flash && d->D == 128;
 #ifdef DLLM_CUDNN_ATTN
-    // DLLM_ATTN_CUDNN: block steps over contexts past this many keys
-    // attend through cuDNN (default 1024, from where it gained; 0 never,
-    // to measure). The path reads whole buckets, so the caches reach the
-    // last bucket's end (zero past the context).
-    const char *cu = std::getenv("DLLM_ATTN_CUDNN");
-    d->cudnn_from = cu && *cu ? std::atoll(cu) : 1024;
-    d->cudnn = d->attn && at::globalContext().userEnabledCuDNN() && d->cudnn_from > 0;
-    // DLLM_CUDNN_TILES=0 keeps 2048-slot buckets (to measure).
-    const char *tl = std::getenv("DLLM_CUDNN_TILES");
-    d->cudnn_tiles = !(tl && std::string(tl) == "0");
+    // The cuDNN path reads whole buckets, so the caches reach the last
+    // bucket's end (zero past the context).
+    d->cudnn = d->attn && at::globalContext().userEnabledCuDNN();
     if (d->cudnn) d->sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
     // A bucket's slots grow with its end: the caches reach the largest
     // cut at max of any forward length the graphs take.
-    if (d->cudnn && max > d->cudnn_from)
+    if (d->cudnn && max > Decoder::kCudnnFrom)
       for (int64_t Tn = 2; Tn <= std::max(graphs, 64); Tn++) slots = std::max(slots, d->cut(Tn, max).slots());
-    const char *ch = std::getenv("DLLM_ATTN_CUDNN_CHUNKS");
-    d->cudnn_chunks = ch && *ch ? std::atoll(ch) : 0;
-    TORCH_CHECK(d->cudnn_chunks == 0 || (d->cudnn_chunks >= 8 && d->cudnn_chunks <= 64 && 64 % d->cudnn_chunks == 0),
-                "decoder: DLLM_ATTN_CUDNN_CHUNKS must be 8, 16, 32 or 64, not ", ch);
-    // DLLM_FILL_NODES=0 keeps cuDNN's memset nodes in the graphs (to measure).
-    const char *fn = std::getenv("DLLM_FILL_NODES");
-    d->fill_nodes = !(fn && std::string(fn) == "0");
-    // DLLM_FILL_LIFT=0 keeps those kernel nodes after RoPE (to measure).
-    const char *fl = std::getenv("DLLM_FILL_LIFT");
-    d->fill_lift = !(fl && std::string(fl) == "0");
-    // DLLM_FUSED_CUDNN=0 keeps forwards with causal rows (a fused commit)
-    // on the shim's attention (to measure).
-    const char *fc = std::getenv("DLLM_FUSED_CUDNN");
-    d->fused_cudnn = d->cudnn && !(fc && std::string(fc) == "0");
-    if (d->fused_cudnn) {
+    if (d->cudnn) {
       d->own_k = at::zeros({64, d->Hkv, d->D}, d->embed.options());
       d->own_v = at::zeros({64, d->Hkv, d->D}, d->embed.options());
       d->own_pos = at::arange(64, d->embed.options().dtype(at::kLong));
     }
-    // DLLM_OWN_FORK=0 runs a fused commit's own-key attention after
-    // cuDNN's call on one stream (to measure).
-    const char *of = std::getenv("DLLM_OWN_FORK");
-    d->own_fork = d->fused_cudnn && !(of && std::string(of) == "0");
 #endif
-    // DLLM_WHOLE_GRAPH=0 keeps per-layer graphs for every forward (to measure).
-    const char *wg = std::getenv("DLLM_WHOLE_GRAPH");
-    d->whole = d->attn && !(wg && std::string(wg) == "0");
-    // DLLM_NORM_FOLD=0 keeps the RMSNorm kernels (to measure). The folded
-    // copies of the QKV and gate-up weights cost their size again (2.4 GB
-    // for MiniCPM5-2B): the model's own weights are views of wqkv and wgu.
-    const char *nf = std::getenv("DLLM_NORM_FOLD");
+    // The folded copies of the QKV and gate-up weights cost their size
+    // again (2.4 GB for MiniCPM5-2B: the model's own weights are views of
+    // wqkv and wgu) for 3-4% faster block steps; DT_DECODER_NO_NORM_FOLD
+    // keeps the RMSNorm kernels instead.
+    d->persistent = !(options & DT_DECODER_NO_PERSISTENT);
     int64_t C = d->embed.size(1);
-    bool foldable = d->kernels && C % 8 == 0 && !(nf && std::string(nf) == "0");
+    bool foldable = d->kernels && C % 8 == 0 && !(options & DT_DECODER_NO_NORM_FOLD);
     for (auto &ly : d->layers)
       foldable = foldable && !ly.bqkv.defined() && ly.wgu.size(0) % 16 == 0 && ly.wqkv.is_contiguous() &&
                  ly.wgu.is_contiguous();

@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define DT_ABI_VERSION 10
+#define DT_ABI_VERSION 11
 
 typedef void *dt_tensor;
 typedef char *dt_err;
@@ -252,7 +252,16 @@ dt_err dt_detach(dt_tensor t, dt_tensor *out);
 dt_err dt_decoder_new(dt_tensor embed, dt_tensor norm, dt_tensor head,
                       const dt_tensor *layers, int n_layers, int n_head,
                       int n_kv_head, double eps, double attn_scale,
-                      dt_tensor cos, dt_tensor sin, int graphs, dt_decoder *out);
+                      dt_tensor cos, dt_tensor sin, int graphs, int options,
+                      dt_decoder *out);
+/* dt_decoder_new's options, or-ed: NO_NORM_FOLD keeps the RMSNorm kernels
+ * instead of copies of the QKV and gate-up weights with the norm weights
+ * folded in (which cost their size again: 2.4 GB for MiniCPM5-2B);
+ * NO_PERSISTENT keeps block steps off the persistent kernel, whose grid
+ * barriers need all its CTAs resident at once (a GPU shared through MPS
+ * may not give them). */
+#define DT_DECODER_NO_NORM_FOLD 1
+#define DT_DECODER_NO_PERSISTENT 2
 /* Runs the n ids (host memory) at positions [pos, pos+n) over the cached
  * [0, pos), writing their keys and values at [pos, pos+n). The first causal
  * of them (clamped to [0, n]) each see themselves and what is before them;

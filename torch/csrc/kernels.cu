@@ -52,55 +52,30 @@ __device__ inline void dep_launch() {
 #endif
 }
 
-// g_early_launch (set by early_launch_init):
-// bit 1, the TMA GEMMs let the next kernel launch before their own wait
-// instead of after it; bit 2, the cuDNN path's merge does. The next kernel
-// still waits for this one to finish; it only takes its place and starts
-// fetching weights sooner (8k block step 2.73-2.74 -> 2.68-2.69 ms, H200,
-// docs/performance.md). DLLM_EARLY_LAUNCH=0 keeps both after the wait (to
-// measure; 1 or 2 one of them).
-__constant__ int g_early_launch;
-__device__ inline void dep_wait_launch(int bit) {
-  if (g_early_launch & bit) {
-    dep_launch();
-    dep_wait();
-  } else {
-    dep_wait();
-    dep_launch();
-  }
+// dep_launch_wait lets the next kernel launch before this one's own wait
+// (the TMA GEMMs, the cuDNN path's merge): the next kernel still waits for
+// this one to finish; it only takes its place and starts fetching weights
+// sooner (8k block step 2.73-2.74 -> 2.68-2.69 ms, H200).
+__device__ inline void dep_launch_wait() {
+  dep_launch();
+  dep_wait();
 }
 
 // Settings dtk_tune changes for probes; the defaults are what the decoder
-// runs with. g_pdl < 0: from the device (compute capability 9 or later)
-// and DLLM_PDL (0 turns it off, to measure).
+// runs with. g_pdl < 0: from the device (compute capability 9 or later).
 int g_pdl = -1;
 int g_splits_cap = 64, g_ctas_per_sm = 2, g_min_tiles = 1;
 
 bool pdl_on() {
   if (g_pdl < 0) {
     int dev = 0, major = 0;
-    const char *e = std::getenv("DLLM_PDL");
     g_pdl = cudaGetDevice(&dev) == cudaSuccess &&
                     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-                    major >= 9 && !(e && std::string(e) == "0")
+                    major >= 9
                 ? 1
                 : 0;
   }
   return g_pdl == 1;
-}
-
-// early_launch_init sets g_early_launch from $DLLM_EARLY_LAUNCH (default
-// 3) on the first call made outside a stream capture (a synchronous copy
-// would invalidate one; until then the kernels keep the old order, which
-// only costs time). The kernels read it when they run, so graphs captured
-// before it was set follow it too.
-void early_launch_init(cudaStream_t s) {
-  static std::atomic<bool> done{false};
-  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-  if (done.load() || cudaStreamIsCapturing(s, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone) return;
-  const char *e = std::getenv("DLLM_EARLY_LAUNCH");
-  int v = e && *e ? std::atoi(e) : 3;
-  if (cudaMemcpyToSymbol(g_early_launch, &v, sizeof v) == cudaSuccess) done.store(true);
 }
 
 // launch_in runs kernel over grid x block with smem bytes of dynamic shared
@@ -216,29 +191,6 @@ template <typename T> __device__ inline float inv_rms(const T *x, int C, float e
 
 constexpr int kRopeParts = DTK_TMA_POST_QPARTS; // dtk_rope_qkv's parts at most: the persistent kernel's
 
-// --- the host's turn between forwards (DLLM_STAMP, a measurement) -----------
-//
-// g_stamp, when set (dtk_stamp_init): %globaltimer at the greedy pick's end
-// [0], at the start of a forward's input kernel (set_ids_kernel, or
-// commit_top_kernel: bit 62 set) [1]; [2] whether a RoPE kernel ran since;
-// [3] the input kernels' count; from [8] two values a forward (mod 1024):
-// pick end to input kernel start, that to the first RoPE's start.
-__device__ unsigned long long *g_stamp;
-__device__ inline unsigned long long stamp_now() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
-// stamp_input records an input kernel's start (called by one thread);
-// queued marks commit_top_kernel's.
-__device__ inline void stamp_input(bool queued) {
-  if (!g_stamp) return;
-  const unsigned long long t = stamp_now(), i = g_stamp[3]++;
-  g_stamp[8 + 2 * (i % 1024)] = (g_stamp[0] ? t - g_stamp[0] : 0) | (queued ? 1ull << 62 : 0);
-  g_stamp[1] = t, g_stamp[2] = 0;
-}
-
 // Grid (T, heads / (blockDim / (D/2))): each block takes token t and
 // blockDim / (D/2) consecutive heads of the fused output, D/2 threads a
 // head, each rotating the pair (i, i + D/2). NORM: qkv is the projection of
@@ -255,10 +207,6 @@ __global__ void rope_qkv_kernel(const T *qkv, const T *cos, const T *sin, const 
   const int64_t t = blockIdx.x, half = D / 2, i = threadIdx.x % half;
   const int64_t h = int64_t(blockIdx.y) * (blockDim.x / half) + threadIdx.x / half;
   const bool spare = h >= H + 2 * Hkv, value = !spare && h >= H + Hkv; // spare: the last block's extra heads
-  if (t == 0 && h == 0 && i == 0 && g_stamp && g_stamp[2] == 0) { // one thread reads g_stamp: RoPE runs 42 times a forward
-    g_stamp[2] = 1;
-    g_stamp[8 + 2 * ((g_stamp[3] - 1) % 1024) + 1] = stamp_now() - g_stamp[1];
-  }
   // The positions (written when the forward starts, several kernels back:
   // see attn_decode_kernel) and the tables are read before the wait; x (the
   // input of the projection just before) only after it: a TMA GEMM lets
@@ -572,7 +520,6 @@ struct IdArgs {
 };
 
 __global__ void set_ids_kernel(int64_t *ids, int64_t *pos, IdArgs in, int n, int64_t p0) {
-  if (threadIdx.x == 0) stamp_input(false);
   dep_wait();
   dep_launch();
   int t = threadIdx.x;
@@ -590,7 +537,6 @@ __global__ void commit_top_kernel(const int64_t *from, int64_t *to, int64_t *pos
   __shared__ int64_t cur[DTK_SET_IDS_MAX];
   __shared__ double rank[DTK_SET_IDS_MAX];
   const int i = threadIdx.x;
-  if (i == 0) stamp_input(true);
   dep_wait();
   dep_launch();
   if (i < n) cur[i] = from[i], rank[i] = shift && i == 0 ? INFINITY : picks[i];
@@ -703,7 +649,6 @@ __global__ void pick_merge_kernel(const Part *parts, int64_t n, int slices, doub
   }
   out[r] = a < 0 ? 0.0 : 1.0 / s;
   out[n + r] = static_cast<double>(a);
-  if (g_stamp && r == 0) g_stamp[0] = stamp_now();
 }
 
 int64_t pick_slices(int64_t V) { return (V + kPickSlice - 1) / kPickSlice; }
@@ -1093,7 +1038,7 @@ __global__ void __launch_bounds__(kAD * kMergeWays)
   __shared__ float wacc[kMergeWays][kAD], wsums[kMergeWays];
   const int r = blockIdx.x, h = blockIdx.y, d = threadIdx.x, way = threadIdx.y, ways = blockDim.y;
   const int Hkv = gridDim.y, R = Tn * G;
-  dep_wait_launch(2);
+  dep_launch_wait();
   if (way == 0 && d < splits) lw[d] = lse[int64_t(d) * ls + int64_t(h) * lh + int64_t(r) * lr];
   if (own && way == 0 && d == 0) lw[splits] = own_lse[int64_t(h) * R + r] * 0.6931471805599453f; // to natural log
   __syncthreads();
@@ -1145,7 +1090,7 @@ __global__ void __launch_bounds__(128)
   constexpr int W = kMergeWays, DG = 32 / W, E = kAD / DG, F = E / W; // E dims a lane sums, F it stores
   const int lane = threadIdx.x % 32, way = lane / DG, g = lane % DG, R = Tn * G;
   const int p = blockIdx.x * 4 + threadIdx.x / 32;
-  dep_wait_launch(2);
+  dep_launch_wait();
   if (p >= R * Hkv) return;
   const int r = p / Hkv, h = p % Hkv;
 
@@ -1304,12 +1249,10 @@ template <typename T>
 cudaError_t merge_lse(dim3 grid, dim3 block, cudaStream_t st, const void *parts, int64_t ps, int64_t ph, int64_t pr,
                       const float *lse, int64_t ls, int64_t lh, int64_t lr, const int64_t *pos, int64_t Tn, int64_t S,
                       void *out, int G, int64_t H, int64_t splits, const void *own, const float *own_lse, void *kc,
-                      void *vc, const void *ks, const void *vs, int warp) {
+                      void *vc, const void *ks, const void *vs, bool warp) {
   if (warp) {
-    static const cudaError_t set =
-        warp == 1 ? cudaFuncSetAttribute(attn_merge_lse_warp_kernel<T>, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                         int(cudaSharedmemCarveoutMaxShared))
-                  : cudaSuccess;
+    static const cudaError_t set = cudaFuncSetAttribute(
+        attn_merge_lse_warp_kernel<T>, cudaFuncAttributePreferredSharedMemoryCarveout, int(cudaSharedmemCarveoutMaxShared));
     if (set != cudaSuccess) return set;
     const int64_t rows = int64_t(grid.x) * grid.y;
     return launch(attn_merge_lse_warp_kernel<T>, static_cast<unsigned>((rows + 3) / 4), 128, 0, st,
@@ -1599,6 +1542,12 @@ __device__ inline void cluster_sum_out(const float (&d)[NW / 8][4], float *red, 
 }
 
 constexpr int kTmaRows = 32; // x's box: M <= 32 (a block step; tpost_kernel's XR 64 takes a fused commit)
+// Copy stages of each TMA GEMM's ring: more fetch more of a GEMM's
+// weights before its PDL wait, while the kernel before runs, but two
+// kernels' CTAs share an SM only while their shared memory fits together
+// (measured on an H200: 8 for QKV and output took a 1k step from 2.43 to
+// 2.35 ms; gate-up 4 or 8 and other down counts were slower).
+constexpr int kLinStages = 8, kGateUpStages = 6, kDownStages = 4;
 
 // tgemm_kernel: out = [res +] x W^T (res may be out, or null). Grid (N / NW,
 // KS) in clusters of the KS CTAs of a weight slice; 160 threads: warps 0-3
@@ -1632,7 +1581,7 @@ __global__ void __launch_bounds__(160)
         mbar_expect(full0 + 8 * c, kStage);
         tma_load2d(smem_u32(smem + c * kStage), wmap, k0 + 64 * c, nt * NW, full0 + 8 * c);
       }
-    dep_wait_launch(1);
+    dep_launch_wait();
     if (lane == 0) {
       for (int c = 0; c < CH && c < ST; c++)
         tma_load2d(smem_u32(smem + c * kStage + kW), xmap, k0 + 64 * c, 0, full0 + 8 * c);
@@ -1648,7 +1597,7 @@ __global__ void __launch_bounds__(160)
   } else {
     // 3. The multipliers: one chunk's products in flight while the next
     // chunk's are issued.
-    dep_wait_launch(1);
+    dep_launch_wait();
     for (int c = 0; c < CH; c++) {
       const unsigned wb = smem_u32(smem + (c % ST) * kStage);
       mma_chunk<NW>(d, c, ST, full0, wb, wb + kW);
@@ -1755,7 +1704,7 @@ __device__ inline void silu_spread(const float (&d)[12][4], float *red, const fl
 // takes gate rows [48 j, 48 j + 48) and the same up rows (two boxes a
 // chunk, one 96-row tile) over all of K, so it owns its outputs; it sums
 // x's squares from the tiles it multiplies.
-template <int ST, bool SPREAD = true>
+template <int ST>
 __global__ void __launch_bounds__(160)
     tgemm_gu_kernel(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap xmap,
                     __nv_bfloat16 *out, int M, int F, int K, float eps) {
@@ -1778,7 +1727,7 @@ __global__ void __launch_bounds__(160)
     };
     if (lane == 0)
       for (int c = 0; c < CH && c < ST; c++) mbar_expect(full0 + 8 * c, kStage), wload(c, c);
-    dep_wait_launch(1);
+    dep_launch_wait();
     if (lane == 0) {
       for (int c = 0; c < CH && c < ST; c++)
         tma_load2d(smem_u32(smem + c * kStage + kW), xmap, 64 * c, 0, full0 + 8 * c);
@@ -1793,7 +1742,7 @@ __global__ void __launch_bounds__(160)
     __syncwarp();
     return;
   }
-  dep_wait_launch(1);
+  dep_launch_wait();
   float ss[1] = {};
   for (int c = 0; c < CH; c++) {
     const int s = c % ST;
@@ -1806,28 +1755,8 @@ __global__ void __launch_bounds__(160)
   x_rinv(ss, rinv, K, eps);
   asm volatile("bar.sync 1, 128;" ::: "memory"); // the multiplying warps only
   const int g = lane / 4, t = lane % 4;
-  if (SPREAD) {
-    // The ring is free once every warp has passed the barrier above.
-    silu_spread(d, reinterpret_cast<float *>(smem), rinv, out, M, F, j0);
-  } else {
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-      const int m = 16 * warp + g + 8 * h;
-      if (m >= M) continue;
-      const float r = rinv[m];
-#pragma unroll
-      for (int j = 0; j < NH / 8; j++) {
-        float y[2];
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-          // As cuBLAS's bf16 output then silu_mul_norm_kernel.
-          float gv = round<T>(round<T>(d[j][2 * h + e]) * r), uv = round<T>(round<T>(d[j + NH / 8][2 * h + e]) * r);
-          y[e] = round<T>(gv / (1.0f + __expf(-gv))) * uv;
-        }
-        *reinterpret_cast<__nv_bfloat162 *>(out + size_t(m) * F + j0 + 8 * j + 2 * t) = __floats2bfloat162_rn(y[0], y[1]);
-      }
-    }
-  }
+  // The ring is free once every warp has passed the barrier above.
+  silu_spread(d, reinterpret_cast<float *>(smem), rinv, out, M, F, j0);
 #else
   __trap();
 #endif
@@ -2290,12 +2219,11 @@ bool tmap2d(CUtensorMap *m, const void *p, int64_t rows, int64_t cols, int box_r
 }
 
 // tma_on: the device is a Hopper of compute capability 9.0 (sm_90a's
-// target), the driver encodes tensor maps, and DLLM_TMA_GEMM is not 0.
+// target) and the driver encodes tensor maps.
 bool tma_on() {
   static const bool on = [] {
-    const char *e = std::getenv("DLLM_TMA_GEMM");
     int dev = 0, major = 0, minor = 0;
-    return !(e && std::string(e) == "0") && cudaGetDevice(&dev) == cudaSuccess &&
+    return cudaGetDevice(&dev) == cudaSuccess &&
            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
            cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess && major == 9 &&
            minor == 0 && encoder() != nullptr;
@@ -2316,15 +2244,15 @@ int tgemm(const CUtensorMap &wm, const CUtensorMap &xm, const void *res, void *o
                    static_cast<int>(N), static_cast<int>(K));
 }
 
-// tgemm_gu launches tgemm_gu_kernel<ST, SPREAD>.
-template <int ST, bool SPREAD = true>
+// tgemm_gu launches tgemm_gu_kernel<ST>.
+template <int ST>
 int tgemm_gu(const CUtensorMap &wm, const CUtensorMap &xm, __nv_bfloat16 *out, int64_t M, int64_t F, int64_t K,
              float eps, cudaStream_t s) {
   constexpr size_t smem = tgemm_gu_smem<ST>();
   static const cudaError_t set =
-      cudaFuncSetAttribute(tgemm_gu_kernel<ST, SPREAD>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+      cudaFuncSetAttribute(tgemm_gu_kernel<ST>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   if (set != cudaSuccess) return set;
-  return launch(tgemm_gu_kernel<ST, SPREAD>, dim3(static_cast<unsigned>(F / 48)), 160, smem, s, wm, xm, out,
+  return launch(tgemm_gu_kernel<ST>, dim3(static_cast<unsigned>(F / 48)), 160, smem, s, wm, xm, out,
                 static_cast<int>(M), static_cast<int>(F), static_cast<int>(K), eps);
 }
 
@@ -2351,41 +2279,10 @@ int tpost(const PostMaps &maps, bool has_o, void *h, void *part, void *y, void *
                 static_cast<int>(Ko), eps, qpart, static_cast<int>(Nq));
 }
 
-// TmaStages is how many copy stages each TMA GEMM's ring holds: more
-// stages fetch more of a GEMM's weights before its PDL wait, while the
-// kernel before runs, but two kernels' CTAs share an SM only while their
-// shared memory fits together. DLLM_TMA_ST=lin,gu,down (the 64-row-slice
-// projections QKV and output, gate-up, down) overrides the defaults, to
-// measure; a value outside the compiled ones keeps its default.
-struct TmaStages {
-  int lin = 8, gu = 6, down = 4;
-};
-const TmaStages &tma_stages() {
-  static const TmaStages st = [] {
-    TmaStages t;
-    const char *e = std::getenv("DLLM_TMA_ST");
-    int a = 0, b = 0, c = 0;
-    if (e && std::sscanf(e, "%d,%d,%d", &a, &b, &c) == 3) {
-      if (a == 4 || a == 6 || a == 8) t.lin = a;
-      if (b == 4 || b == 6 || b == 8) t.gu = b;
-      if (c == 3 || c == 4 || c == 5) t.down = c;
-      std::fprintf(stderr, "dllm: TMA GEMM stages lin %d, gate-up %d, down %d\n", t.lin, t.gu, t.down);
-    }
-    return t;
-  }();
-  return st;
-}
 #pragma nv_diag_default 177
 // tma_rows is the x box that M rows take in the persistent kernel:
-// kTmaRows, 64 for a fused commit's 33-64 rows unless DLLM_TMA_64 is 0 (to
-// measure), else 0 (none).
-int tma_rows(int64_t M) {
-  static const bool on64 = [] {
-    const char *e = std::getenv("DLLM_TMA_64");
-    return !(e && std::string(e) == "0");
-  }();
-  return M >= 1 && M <= kTmaRows ? kTmaRows : M <= 64 && on64 ? 64 : 0;
-}
+// kTmaRows, 64 for a fused commit's 33-64 rows, else 0 (none).
+int tma_rows(int64_t M) { return M >= 1 && M <= kTmaRows ? kTmaRows : M <= 64 ? 64 : 0; }
 #endif // DLLM_SM90A
 
 } // namespace
@@ -2464,7 +2361,6 @@ int dtk_commit_top(const int64_t *from, int64_t *to, int64_t *pos, const double 
                 static_cast<int>(n), mask, static_cast<int>(std::min<int64_t>(k, n)), shift != 0, p0);
 }
 
-int dtk_stamp_init(void *buf) { return cudaMemcpyToSymbol(g_stamp, &buf, sizeof(buf)); }
 
 int dtk_set_ids(int64_t *ids, int64_t *pos, const int64_t *host_ids, int64_t n, int64_t p0, void *stream) {
   if (n < 1 || n > DTK_SET_IDS_MAX || !host_ids) return cudaErrorInvalidValue;
@@ -2517,29 +2413,15 @@ int dtk_attn_merge_lse_own(int dtype, const void *parts, int64_t ps, int64_t ph,
                            int64_t ls, int64_t lh, int64_t lr, const int64_t *pos, int64_t S, void *out, int64_t T,
                            int64_t H, int64_t Hkv, int64_t splits, const void *own, const float *own_lse, void *kc,
                            void *vc, const void *ks, const void *vs, void *stream) {
-  early_launch_init(static_cast<cudaStream_t>(stream));
   auto st = static_cast<cudaStream_t>(stream);
   if (!parts || !lse || !pos || !out || T < 1 || Hkv < 1 || H % Hkv != 0 || splits < 1 || splits > kAD ||
       T * (H / Hkv) > 2147483647 || (own && (!own_lse || !kc || !vc || !ks || !vs)))
     return cudaErrorInvalidValue;
   const int G = static_cast<int>(H / Hkv), R = static_cast<int>(T) * G;
   dim3 grid(static_cast<unsigned>(R), static_cast<unsigned>(Hkv));
-  // DLLM_MERGE_WAYS=1: one way (to measure).
-  static const unsigned ways = [] {
-    const char *w = std::getenv("DLLM_MERGE_WAYS");
-    return w && std::string(w) == "1" ? 1u : unsigned(kMergeWays);
-  }();
-  dim3 block(kAD, ways);
-  // DLLM_MERGE_WARP: 0 the CTA form, 2 the warp form without its carveout
-  // (to measure); see merge_lse.
-  static const int mw = [] {
-    const char *w = std::getenv("DLLM_MERGE_WARP");
-    return w && *w ? std::atoi(w) : 1;
-  }();
-  const int warp = mw && ways == unsigned(kMergeWays) && aligned16(parts) && ps % 8 == 0 &&
-                           ph % 8 == 0 && pr % 8 == 0 && (!own || aligned16(own))
-                       ? mw
-                       : 0;
+  dim3 block(kAD, kMergeWays);
+  // The warp form where its 16-byte loads are aligned; see merge_lse.
+  const bool warp = aligned16(parts) && ps % 8 == 0 && ph % 8 == 0 && pr % 8 == 0 && (!own || aligned16(own));
   if (dtype == kBF16)
     return merge_lse<__nv_bfloat16>(grid, block, st, parts, ps, ph, pr, lse, ls, lh, lr, pos, T, S, out, G, H, splits,
                                     own, own_lse, kc, vc, ks, vs, warp);
@@ -2583,7 +2465,7 @@ static bool is_rope(const void *f) {
   return false;
 }
 
-int dtk_graph_fill_memsets(void *graph, int lift, int *replaced) {
+int dtk_graph_fill_memsets(void *graph, int *replaced) {
   auto g = static_cast<cudaGraph_t>(graph);
   *replaced = 0;
   size_t n = 0;
@@ -2614,15 +2496,14 @@ int dtk_graph_fill_memsets(void *graph, int lift, int *replaced) {
     //    then its outgoing edges, then the memset goes (default edges: the
     //    kernel reads nothing, so nothing may start it early).
     std::vector<cudaGraphNode_t> from;
-    bool up = lift != 0;
-    if (up) // only after RoPE, the case the decoder knows safe
-      for (auto i : in) {
-        cudaKernelNodeParams rp = {};
-        cudaGraphNodeType it;
-        if (cudaGraphNodeGetType(i, &it) != cudaSuccess || it != cudaGraphNodeTypeKernel ||
-            cudaGraphKernelNodeGetParams(i, &rp) != cudaSuccess || !is_rope(rp.func))
-          up = false;
-      }
+    bool up = true; // lifted only after RoPE, the case the decoder knows safe
+    for (auto i : in) {
+      cudaKernelNodeParams rp = {};
+      cudaGraphNodeType it;
+      if (cudaGraphNodeGetType(i, &it) != cudaSuccess || it != cudaGraphNodeTypeKernel ||
+          cudaGraphKernelNodeGetParams(i, &rp) != cudaSuccess || !is_rope(rp.func))
+        up = false;
+    }
     for (auto i : in) {
       std::vector<cudaGraphNode_t> src{i};
       if (up && (e = graph_neighbours(i, true, src)) != cudaSuccess) return e;
@@ -2634,9 +2515,6 @@ int dtk_graph_fill_memsets(void *graph, int lift, int *replaced) {
     kp.func = reinterpret_cast<void *>(fill_kernel);
     kp.blockDim = dim3(256);
     kp.gridDim = dim3(static_cast<unsigned>(std::min<size_t>((units + 255) / 256, 1024)));
-    if (std::getenv("DLLM_CAPTURE_LOG"))
-      std::fprintf(stderr, "dllm: memset node of %zu bytes (%zu rows) -> fill kernel of %u CTAs%s\n", row_bytes * height,
-                   height, kp.gridDim.x, up ? ", lifted" : "");
     kp.kernelParams = args;
     cudaGraphNode_t k;
     if ((e = cudaGraphAddKernelNode(&k, g, from.data(), from.size(), &kp)) != cudaSuccess) return e;
@@ -2664,7 +2542,6 @@ int dtk_graph_fill_memsets(void *graph, int lift, int *replaced) {
 
 int dtk_tma_linear(int dtype, const void *x, const void *w, const void *resid, void *out, int64_t M, int64_t N,
                    int64_t K, void *stream) {
-  early_launch_init(static_cast<cudaStream_t>(stream));
 #ifdef DLLM_SM90A
   if (!tma_on() || dtype != kBF16 || M < 1 || M > kTmaRows || K % 64 != 0 || !aligned16(x) || !aligned16(w) ||
       !aligned16(out) || (resid && !aligned16(resid)))
@@ -2675,19 +2552,11 @@ int dtk_tma_linear(int dtype, const void *x, const void *w, const void *resid, v
   // eight; the others 64-row slices and K in four (the probe's best).
   if (K >= 4096 && N % 128 == 0 && (K / 64) % 8 == 0) {
     if (!tmap2d(&wm, w, N, K, 128) || !tmap2d(&xm, x, M, K, kTmaRows)) return cudaErrorInvalidValue;
-    switch (tma_stages().down) {
-    case 3: return tgemm<128, 8, 3>(wm, xm, resid, out, M, N, K, s);
-    case 5: return tgemm<128, 8, 5>(wm, xm, resid, out, M, N, K, s);
-    default: return tgemm<128, 8, 4>(wm, xm, resid, out, M, N, K, s);
-    }
+    return tgemm<128, 8, kDownStages>(wm, xm, resid, out, M, N, K, s);
   }
   if (N % 64 == 0 && (K / 64) % 4 == 0) {
     if (!tmap2d(&wm, w, N, K, 64) || !tmap2d(&xm, x, M, K, kTmaRows)) return cudaErrorInvalidValue;
-    switch (tma_stages().lin) {
-    case 6: return tgemm<64, 4, 6>(wm, xm, resid, out, M, N, K, s);
-    case 8: return tgemm<64, 4, 8>(wm, xm, resid, out, M, N, K, s);
-    default: return tgemm<64, 4, 4>(wm, xm, resid, out, M, N, K, s);
-    }
+    return tgemm<64, 4, kLinStages>(wm, xm, resid, out, M, N, K, s);
   }
 #endif
   return DTK_TMA_NO;
@@ -2695,7 +2564,6 @@ int dtk_tma_linear(int dtype, const void *x, const void *w, const void *resid, v
 
 int dtk_tma_gate_up_silu(int dtype, const void *x, const void *w, void *out, int64_t M, int64_t F, int64_t K,
                          float eps, void *stream) {
-  early_launch_init(static_cast<cudaStream_t>(stream));
 #ifdef DLLM_SM90A
   if (!tma_on() || dtype != kBF16 || M < 1 || M > kTmaRows || K % 64 != 0 || F % 48 != 0 || !aligned16(x) ||
       !aligned16(w) || !aligned16(out))
@@ -2704,17 +2572,7 @@ int dtk_tma_gate_up_silu(int dtype, const void *x, const void *w, void *out, int
   if (!tmap2d(&wm, w, 2 * F, K, 48) || !tmap2d(&xm, x, M, K, kTmaRows)) return cudaErrorInvalidValue;
   auto s = static_cast<cudaStream_t>(stream);
   auto o = static_cast<__nv_bfloat16 *>(out);
-  // DLLM_GU_SPREAD=0: the SiLU step in the two warps that hold the rows (to measure).
-  static const bool spread = [] {
-    const char *e = std::getenv("DLLM_GU_SPREAD");
-    return !(e && std::string(e) == "0");
-  }();
-  if (!spread) return tgemm_gu<6, false>(wm, xm, o, M, F, K, eps, s);
-  switch (tma_stages().gu) {
-  case 4: return tgemm_gu<4>(wm, xm, o, M, F, K, eps, s);
-  case 8: return tgemm_gu<8>(wm, xm, o, M, F, K, eps, s);
-  default: return tgemm_gu<6>(wm, xm, o, M, F, K, eps, s);
-  }
+  return tgemm_gu<kGateUpStages>(wm, xm, o, M, F, K, eps, s);
 #else
   return DTK_TMA_NO;
 #endif
@@ -2723,21 +2581,14 @@ int dtk_tma_gate_up_silu(int dtype, const void *x, const void *w, void *out, int
 int dtk_tma_post(int dtype, void *y, const void *ao, const void *wo, int64_t Ko, const void *wgu, const void *wdown,
                  const void *wqkv, int64_t Nq, void *qpart, void *scratch, void *sync, int64_t M, int64_t F, int64_t C,
                  float eps, void *stream) {
-  early_launch_init(static_cast<cudaStream_t>(stream));
 #ifdef DLLM_SM90A
-  // DLLM_POST_FUSED: 0 off, 1 the MLP only, 2 (default) with the output
-  // projection (to measure).
-  static const int mode = [] {
-    const char *e = std::getenv("DLLM_POST_FUSED");
-    return e && *e ? std::atoi(e) : 2;
-  }();
   // The grid: F / 48 gate-up slices; as many down parts (C / 128 slices of
   // 8 K parts) and output projection parts (C / 64 slices of 4).
   // MiniCPM5-2B: 128 CTAs.
   const int64_t G = F / 48;
-  const bool has_o = ao && mode >= 2;
+  const bool has_o = ao != nullptr;
   const int xr = tma_rows(M);
-  if (mode < 1 || (ao && !has_o) || !tma_on() || dtype != kBF16 || xr == 0 || C % 128 != 0 ||
+  if (!tma_on() || dtype != kBF16 || xr == 0 || C % 128 != 0 ||
       F % 48 != 0 || (F / 64) % kPostKS != 0 || C / kPostND * kPostKS != G || C % (4 * G) != 0 ||
       (has_o && (C / 64 * kPostOS != G || Ko % (64 * kPostOS) != 0 || !aligned16(ao) || !aligned16(wo))) ||
       !aligned16(y) || !aligned16(wgu) || !aligned16(wdown) || !aligned16(scratch) || !sync ||

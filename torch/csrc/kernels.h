@@ -149,27 +149,24 @@ void dtk_tune(int pdl, int splits_cap, int ctas_per_sm, int min_tiles);
 int dtk_commit_top(const int64_t *from, int64_t *to, int64_t *pos, const double *picks, int64_t n, int64_t mask,
                    int64_t k, int shift, int64_t p0, void *stream);
 
-// dtk_stamp_init points the kernels' host-turn stamps at buf (device
-// memory of (8 + 2048) int64, zero) or, for null, turns them off.
-int dtk_stamp_init(void *buf);
 int dtk_set_ids(int64_t *ids, int64_t *pos, const int64_t *host_ids, int64_t n, int64_t p0, void *stream);
 
 // Replaces each memset node of the CUDA graph (a cudaGraph_t, not yet
 // instantiated) with a kernel node that writes the same bytes, on the same
 // edges; *replaced is how many. cuDNN's attention issues a small memset
 // before its kernel, and a memset node between two kernels costs the
-// step ~4 us more than a kernel there (docs/history.md). With lift the
-// kernel depends on what the memset's dependencies depend on instead, so
-// that it runs beside them (they then precede the memset's dependents
-// directly): only where what the memset writes is no memory they use.
-int dtk_graph_fill_memsets(void *graph, int lift, int *replaced);
+// step ~4 us more than a kernel there (docs/history.md). Where the
+// memset's dependencies are RoPE kernels, the kernel depends on what they
+// depend on instead, so that it runs beside them (they then precede the
+// memset's dependents directly): what the memset writes is memory the
+// allocator handed cuDNN's call, none that RoPE uses.
+int dtk_graph_fill_memsets(void *graph, int *replaced);
 
 // dtk_tma_linear is out (M, N) = resid + x (M, K) w (N, K)^T (resid may be
 // out, or NULL for none) through the Hopper GEMM for 1-32 rows (TMA copies,
 // wgmma, PDL: it fetches weights while the kernel before runs); bf16, K a
 // multiple of 64, 16-byte aligned. DTK_TMA_NO when it does not take the
-// shape or the device (then nothing is launched); DLLM_TMA_GEMM=0 turns it
-// off, to measure.
+// shape or the device (then nothing is launched).
 #define DTK_TMA_NO (-1)
 int dtk_tma_linear(int dtype, const void *x, const void *w, const void *resid, void *out, int64_t M, int64_t N,
                    int64_t K, void *stream);
@@ -192,10 +189,9 @@ int dtk_tma_gate_up_silu(int dtype, const void *x, const void *w, void *out, int
 // bytes, 8-byte aligned and zero before the first call, that no other
 // kernel uses while it runs (a count of barrier arrivals). The grid must
 // be resident at once: it needs an SM for each of F / 48 CTAs, which
-// kernels of other processes sharing the GPU through MPS could hold (set
-// DLLM_POST_FUSED=0 there). DTK_TMA_NO where it does not take the shape
-// or the device; DLLM_POST_FUSED=0 turns it off, 1 leaves the output
-// projection out, DLLM_TMA_64=0 keeps it from 33-64 rows (to measure).
+// kernels of other processes sharing the GPU through MPS could hold (the
+// decoder's DT_DECODER_NO_PERSISTENT keeps it off there). DTK_TMA_NO where
+// it does not take the shape or the device.
 #define DTK_TMA_POST_SYNC 8
 #define DTK_TMA_POST_QPARTS 4
 int dtk_tma_post(int dtype, void *y, const void *ao, const void *wo, int64_t Ko, const void *wgu, const void *wdown,
