@@ -11,7 +11,8 @@ GO ?= go
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 
 SHIM := bin/libdllmtorch.so
-SHIM_SRC := torch/csrc/dllm_torch.cpp torch/csrc/dist.cpp torch/csrc/block_attn.cpp torch/csrc/dllm_torch.h torch/csrc/block_attn.h
+SHIM_CPP := torch/csrc/dllm_torch.cpp torch/csrc/decoder.cpp torch/csrc/dist.cpp torch/csrc/block_attn.cpp
+SHIM_SRC := $(SHIM_CPP) torch/csrc/dllm_torch.h torch/csrc/shim.h torch/csrc/block_attn.h
 CXXFLAGS := -std=c++17 -O2 -fPIC -Wall -Wno-unused-function
 
 ifeq ($(TORCH),)
@@ -26,7 +27,7 @@ TORCH_INC := -I$(TORCH)/include -I$(TORCH)/include/torch/csrc/api/include \
 	-I$(CUDA_HOME)/include $(addprefix -I,$(NVIDIA)) -DDLLM_CUDA
 TORCH_LIB := -L$(TORCH)/lib -Wl,-rpath,$(TORCH)/lib -ltorch -ltorch_cpu -lc10 \
 	-Wl,--no-as-needed -ltorch_cuda -lc10_cuda -Wl,--as-needed
-# The decoder's CUDA kernels (torch/csrc/kernels.cu) need nvcc; without it the
+# The decoder's CUDA kernels (torch/csrc/*.cu) need nvcc; without it the
 # shim is built without them and the decoder uses libtorch ops instead. They
 # link against the wheel's own CUDA runtime.
 NVCC ?= $(CUDA_HOME)/bin/nvcc
@@ -36,7 +37,7 @@ NVCC ?= $(CUDA_HOME)/bin/nvcc
 comma := ,
 NVCC_ARCH ?= -gencode arch=compute_80,code=sm_80 $(if $(shell $(NVCC) --version 2>/dev/null | grep -E 'release (12\.[5-9]|1[3-9]\.|[2-9][0-9]\.)'),-gencode arch=compute_90a$(comma)code=sm_90a -DDLLM_SM90A,-gencode arch=compute_90,code=sm_90)
 ifneq ($(wildcard $(NVCC)),)
-KERNELS := build/kernels.o
+KERNELS := build/kernels.o build/attention.o build/tma.o
 CUDART := $(firstword $(wildcard $(TORCH)/../nvidia/cu*/lib))
 TORCH_INC += -DDLLM_KERNELS
 TORCH_LIB += $(KERNELS) -L$(CUDART) -Wl,-rpath,$(CUDART) \
@@ -50,9 +51,9 @@ all: dllm shim
 shim: $(SHIM)
 $(SHIM): $(SHIM_SRC) $(KERNELS)
 	@mkdir -p bin
-	$(CXX) $(CXXFLAGS) $(TORCH_INC) -shared -o $@ torch/csrc/dllm_torch.cpp torch/csrc/dist.cpp torch/csrc/block_attn.cpp $(TORCH_LIB)
+	$(CXX) $(CXXFLAGS) $(TORCH_INC) -shared -o $@ $(SHIM_CPP) $(TORCH_LIB)
 
-build/kernels.o: torch/csrc/kernels.cu torch/csrc/kernels.h
+build/%.o: torch/csrc/%.cu torch/csrc/kernels_common.cuh torch/csrc/kernels.h
 	@mkdir -p build
 	$(NVCC) -std=c++17 -O3 -Xcompiler -fPIC $(NVCC_ARCH) -c -o $@ $<
 

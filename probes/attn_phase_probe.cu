@@ -13,6 +13,8 @@
 // (or PROBES=attn_phase_probe.cu TESTS= CTX= scripts/gpu-speed.sh)
 #define DLLM_ATTN_TRACE
 #include "../torch/csrc/kernels.cu"
+#include "../torch/csrc/attention.cu"
+#include "../torch/csrc/tma.cu"
 
 #include "gpu_probe.cuh"
 

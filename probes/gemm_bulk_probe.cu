@@ -32,6 +32,8 @@
 //         -l:libcublas.so.13 -l:libcublasLt.so.13 -Xlinker -rpath=$NV && /tmp/pb
 #define DLLM_SM90A // kernels.cu's TMA GEMM (tgemm_kernel, tgemm_gu_kernel) and its helpers
 #include "../torch/csrc/kernels.cu" // and launch_in, dep_wait, smem_u32, silu_mul_norm_kernel
+#include "../torch/csrc/attention.cu"
+#include "../torch/csrc/tma.cu"
 
 #include "gpu_probe.cuh"
 

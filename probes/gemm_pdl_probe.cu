@@ -22,6 +22,8 @@
 //     nvcc -O2 -std=c++17 -arch=sm_90 -o /tmp/pg probes/gemm_pdl_probe.cu -L$NV \
 //         -l:libcublas.so.13 -l:libcublasLt.so.13 -Xlinker -rpath=$NV && /tmp/pg
 #include "../torch/csrc/kernels.cu" // the shim's helpers: launch_in, dep_wait, cp_async16, ldsm_x4, mma
+#include "../torch/csrc/attention.cu"
+#include "../torch/csrc/tma.cu"
 
 #include "gpu_probe.cuh"
 

@@ -19,6 +19,8 @@
 #define DLLM_SM90A
 #define DLLM_MLP_TRACE
 #include "../torch/csrc/kernels.cu"
+#include "../torch/csrc/attention.cu"
+#include "../torch/csrc/tma.cu"
 
 #include "gpu_probe.cuh"
 

@@ -25,6 +25,8 @@
 // (or PROBES=persist_stream_probe.cu TESTS= CTX= scripts/gpu-speed.sh)
 #define DLLM_SM90A
 #include "../torch/csrc/kernels.cu"
+#include "../torch/csrc/attention.cu"
+#include "../torch/csrc/tma.cu"
 
 #include "gpu_probe.cuh"
 

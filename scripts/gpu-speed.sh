@@ -42,7 +42,7 @@ if [ "${KEEP_SHIM:-0}" = 1 ] && [ -e bin/libdllmtorch.so ]; then
 	echo "shim: keeping bin/libdllmtorch.so"
 else
 	TORCH=$($PY -c 'import torch,os;print(os.path.dirname(torch.__file__))') || exit 1
-	rm -f bin/libdllmtorch.so build/kernels.o
+	rm -f bin/libdllmtorch.so build/*.o
 	make --no-print-directory shim TORCH="$TORCH" >/dev/null || exit 1
 	[ -n "${OUT:-}" ] && cp bin/libdllmtorch.so "$OUT/"
 fi

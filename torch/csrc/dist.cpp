@@ -17,7 +17,7 @@
 // build defines itself, and only where the headers they pull in exist (gloo
 // from libgloo-dev or the wheel, nccl.h from the wheel's nvidia/nccl).
 
-#include "dllm_torch.h"
+#include "shim.h"
 
 #include <torch/torch.h>
 #include <torch/version.h>
@@ -86,29 +86,11 @@ struct Group {
   }
 };
 
-dt_err make_err(const std::string &msg) {
-  char *s = static_cast<char *>(std::malloc(msg.size() + 1));
-  if (s) std::memcpy(s, msg.c_str(), msg.size() + 1);
-  return s;
-}
-
 std::string message(const std::exception &e) {
   if (auto c = dynamic_cast<const c10::Error *>(&e)) return c->what_without_backtrace();
   return e.what();
 }
 
-template <typename F> dt_err guard(F &&f) {
-  try {
-    f();
-    return nullptr;
-  } catch (const std::exception &e) {
-    return make_err(message(e));
-  } catch (...) {
-    return make_err("unknown C++ exception");
-  }
-}
-
-inline at::Tensor &T(dt_tensor t) { return *static_cast<at::Tensor *>(t); }
 inline Group &G(dt_dist g) { return *static_cast<Group *>(g); }
 
 // await waits for w until deadline, polling: Work::wait has no bound on every
