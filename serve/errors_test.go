@@ -2,6 +2,7 @@ package serve
 
 import (
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -166,5 +167,44 @@ func TestRequestFields(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "ignoring unknown request fields") || !strings.Contains(logs.String(), "frobnicate, min_p") {
 		t.Errorf("no warning naming the unknown fields:\n%s", logs.String())
+	}
+}
+
+// GET /metrics counts finished requests, tokens and steps, says what runs
+// and waits, and keeps Prometheus' text format (histograms cumulative).
+func TestMetrics(t *testing.T) {
+	eng := &fakeEngine{output: "one two three", eos: true}
+	_, ts := testServer(t, eng, Config{})
+	const msgs = `"messages":[{"role":"user","content":"Hi"}]`
+	for range 2 {
+		if resp, b := post(t, ts.URL+"/v1/chat/completions", `{`+msgs+`}`); resp.StatusCode != 200 {
+			t.Fatalf("%d %s", resp.StatusCode, b)
+		}
+	}
+	if resp, b := post(t, ts.URL+"/v1/chat/completions", `{`+msgs+`,"max_tokens":1}`); resp.StatusCode != 200 {
+		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+	resp, err := http.Get(ts.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	text := string(body)
+	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain; version=0.0.4") {
+		t.Fatalf("%d %q", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	for _, want := range []string{
+		"dllm_num_requests_running 0\n", "dllm_num_requests_waiting 0\n", "dllm_model_ready 1\n",
+		`dllm_request_success_total{finished_reason="stop"} 2` + "\n", `dllm_request_success_total{finished_reason="length"} 1` + "\n",
+		"# TYPE dllm_e2e_request_latency_seconds histogram\n", `dllm_e2e_request_latency_seconds_bucket{le="+Inf"} 3` + "\n",
+		"dllm_e2e_request_latency_seconds_count 3\n",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("no %q in\n%s", want, text)
+		}
+	}
+	if !strings.Contains(text, "dllm_generation_tokens_total ") || strings.Contains(text, "dllm_generation_tokens_total 0\n") {
+		t.Errorf("generation tokens not counted:\n%s", text)
 	}
 }

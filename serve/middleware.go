@@ -138,6 +138,7 @@ func (s *Server) finish(rec *recorder, r *http.Request) {
 		slog.Duration("duration", time.Since(rec.start)),
 	}
 	if st := rec.stats; st != nil {
+		s.metrics.record(st, status, time.Since(rec.start))
 		tokPerSec := 0.0
 		if st.genTime > 0 {
 			tokPerSec = float64(st.genTokens) / st.genTime.Seconds()

@@ -86,6 +86,7 @@ type Server struct {
 	// client hung up.
 	shuttingDown atomic.Bool
 	requests     atomic.Uint64 // requests answered, for /debug/stats
+	metrics      *metrics      // GET /metrics
 }
 
 // New returns a server that is loading (503) until SetModel.
@@ -114,7 +115,8 @@ func New(cfg Config) *Server {
 	if cfg.StallTimeout <= 0 {
 		cfg.StallTimeout = DefaultStallTimeout
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, queue: newQueue(cfg.MaxQueue), gate: newGate(cfg.MaxPreparing, gateWait), created: time.Now().Unix()}
+	s := &Server{cfg: cfg, log: cfg.Logger, queue: newQueue(cfg.MaxQueue), gate: newGate(cfg.MaxPreparing, gateWait), created: time.Now().Unix(),
+		metrics: newMetrics()}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -123,6 +125,7 @@ func New(cfg Config) *Server {
 		"/v1/models":           {"GET": s.handleModels},
 		"/v1/chat/completions": {"POST": s.handleChat},
 		"/v1/completions":      {"POST": s.handleCompletions},
+		"/metrics":             {"GET": s.handleMetrics},
 	}
 	if cfg.DebugStats {
 		s.routes["/debug/stats"] = map[string]http.HandlerFunc{"GET": s.handleDebugStats}
