@@ -10,6 +10,10 @@
 #   RECIPE=cap DIFF_SET=confidence_loss_weight=1 scripts/gpu-proxy-seeds.sh l
 #                                  # after a: a training lever's 6 models at
 #                                  # 20%, dev and (time left) held-out scores
+#   SWEEP_MODES='eb={"verify":true,"error_budget":0.5}' SWEEP_THRESHOLDS="0.7 0.8" \
+#     scripts/gpu-proxy-seeds.sh s # after b: sampler levers on b's 20% models,
+#                                  # dev scores (as many as the call's time
+#                                  # allows; a later call goes on from there)
 #
 # Each diffusion model is scored in the sampler modes plain (threshold
 # alone) and verify, at THRESHOLDS (0.9). bin/dllm is built on the dev box
@@ -50,6 +54,29 @@ c)
 		done
 	done
 	;;
+s)
+	# One mode at a time over the 6 models (its thresholds in turn, 12
+	# evals at once), so that a mode finished before the call's time runs
+	# out is kept; a mode whose dev results are all there is skipped. The
+	# table is every mode's dev scores so far.
+	SWEEP_MODES=${SWEEP_MODES:-$MODES}
+	export THRESHOLDS="${SWEEP_THRESHOLDS:-0.7 0.8 0.9 0.95}"
+	for mode in $SWEEP_MODES; do
+		m=${mode%%=*}
+		n=$(ls "$SEEDS_OUT"/results/dev-b20-$m-*.json 2>/dev/null | wc -l)
+		[ "$n" -ge $((6 * $(wc -w <<<"$THRESHOLDS"))) ] && continue
+		[ "$(left)" -gt 60 ] || break
+		MODES="$mode" BUDGETS=20 STAGES=dev JOBS=12 timeout "$(left)" scripts/proxy-seeds.sh >>"$SEEDS_OUT/s.out" 2>&1 || break
+	done
+	MODES=$SWEEP_MODES
+	for m in $MODES; do
+		m=${m%%=*}
+		for th in $THRESHOLDS; do
+			f=("$SEEDS_OUT"/results/dev-b20-$m-$th-*.json)
+			[ -e "${f[0]}" ] && echo "budget 20%, $m, threshold $th, dev (mean sd TPF worst runs): $(bin/dllm eval summary --brief "${f[@]}")"
+		done
+	done
+	;;
 l)
 	[ -n "${RECIPE:-}" ] && [ -n "${DIFF_SET:-}" ] || { echo "l needs RECIPE and DIFF_SET" >&2; exit 2; }
 	BUDGETS=20 STAGES=diffusion JOBS=6 scripts/proxy-seeds.sh >"$SEEDS_OUT/l1-$RECIPE.out" 2>&1
@@ -57,7 +84,7 @@ l)
 	BUDGETS=20 STAGES=heldout JOBS=12 timeout "$(left)" scripts/proxy-seeds.sh 2>&1 | tee "$SEEDS_OUT/l3-$RECIPE.out" | tail -n 40
 	;;
 *)
-	echo "usage: $0 a|b|c|l" >&2
+	echo "usage: $0 a|b|c|s|l" >&2
 	exit 2
 	;;
 esac
