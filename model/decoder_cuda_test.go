@@ -294,7 +294,7 @@ func TestDecoderCUDAForwardNext(t *testing.T) {
 		canvas[i] = mask
 	}
 	canvas[5], canvas[17] = 7, 9 // fixed before
-	for range 2 { // eager, captured
+	for range 2 {                // eager, captured
 		host(d.Forward(canvas, 0, 32))
 	}
 	for _, shift := range []bool{false, true} {
