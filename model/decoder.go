@@ -31,11 +31,16 @@ func (m *Model) NewDecoder(maxLen, graphs int) (d *Decoder, err error) {
 		return nil, fmt.Errorf("decoder: context of %d positions", maxLen)
 	}
 	m.fuse()
-	cfg := m.Config
 	positions := torch.Arange(0, int64(maxLen), torch.Int64, m.Device)
 	defer positions.Free()
-	cos, sin := torch.RopeTables(m.invFreq, positions, cfg.RopeAttentionScale(), m.DType)
+	cos, sin := torch.RopeTables(m.invFreq, positions, m.Config.RopeAttentionScale(), m.DType)
 	defer torch.Free(cos, sin)
+	return &Decoder{m: m, d: torch.NewDecoder(m.decoderSpec(cos, sin, graphs)), Max: int64(maxLen)}, nil
+}
+
+// decoderSpec is the decoder of the fused model over RoPE tables cos, sin.
+func (m *Model) decoderSpec(cos, sin *torch.Tensor, graphs int) *torch.DecoderSpec {
+	cfg := m.Config
 	spec := &torch.DecoderSpec{
 		Embed: m.Embed, Norm: m.Norm, Head: m.Head,
 		Heads: cfg.NumAttentionHeads, KVHeads: cfg.NumKeyValueHeads,
@@ -49,7 +54,7 @@ func (m *Model) NewDecoder(maxLen, graphs int) (d *Decoder, err error) {
 			MLPNorm: l.MLP.Norm, GateUp: l.gateUp, Down: l.MLP.Down,
 		})
 	}
-	return &Decoder{m: m, d: torch.NewDecoder(spec), Max: int64(maxLen)}, nil
+	return spec
 }
 
 // fuse stacks each layer's Q, K and V weights (and biases) into one matrix
@@ -161,5 +166,53 @@ func (d *Decoder) Graphs() int { return d.d.Graphs() }
 func (d *Decoder) Free() {
 	if d != nil {
 		d.d.Free()
+	}
+}
+
+// BatchDecoder runs several sequences in one forward (continuous
+// batching) over a KV cache of Seqs slots of Max positions each
+// (torch.Decoder.ForwardBatch). It keeps no positions of its own: the
+// caller says where each sequence stands. Not safe for concurrent use.
+type BatchDecoder struct {
+	d         *torch.Decoder
+	Max, Seqs int64
+}
+
+// NewBatchDecoder builds a batch decoder whose KV cache holds seqs
+// sequences of up to maxLen positions.
+func (m *Model) NewBatchDecoder(maxLen, seqs int) (d *BatchDecoder, err error) {
+	defer torch.Recover(&err)
+	if maxLen < 1 || seqs < 1 {
+		return nil, fmt.Errorf("decoder: %d sequences of %d positions", seqs, maxLen)
+	}
+	m.fuse()
+	positions := torch.Arange(0, int64(maxLen), torch.Int64, m.Device)
+	defer positions.Free()
+	cos, sin := torch.RopeTables(m.invFreq, positions, m.Config.RopeAttentionScale(), m.DType)
+	defer torch.Free(cos, sin)
+	spec := m.decoderSpec(cos, sin, 0)
+	spec.Seqs = seqs
+	return &BatchDecoder{d: torch.NewDecoder(spec), Max: int64(maxLen), Seqs: int64(seqs)}, nil
+}
+
+// Forward runs seqs (each within its slot's Max positions) and returns
+// their requested logit rows stacked in order, or nil for none.
+func (d *BatchDecoder) Forward(seqs []torch.BatchSeq) (logits *torch.Tensor, err error) {
+	defer torch.Recover(&err)
+	for i, s := range seqs {
+		if s.Slot < 0 || int64(s.Slot) >= d.Seqs || len(s.IDs) == 0 || s.Pos < 0 || s.Pos+int64(len(s.IDs)) > d.Max ||
+			s.Causal < 0 || s.Causal > len(s.IDs) || s.Rows < 0 || s.Rows > len(s.IDs) {
+			return nil, fmt.Errorf("decoder: batch sequence %d: slot %d of %d, %d tokens at %d (%d causal, %d rows), context %d",
+				i, s.Slot, d.Seqs, len(s.IDs), s.Pos, s.Causal, s.Rows, d.Max)
+		}
+	}
+	return d.d.ForwardBatch(seqs), nil
+}
+
+// Free releases the decoder and its KV cache.
+func (d *BatchDecoder) Free() {
+	if d != nil && d.d != nil {
+		d.d.Free()
+		d.d = nil
 	}
 }

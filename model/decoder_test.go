@@ -171,3 +171,67 @@ func TestDecoderErrors(t *testing.T) {
 		t.Error("ForwardNext committing 0 tokens should fail")
 	}
 }
+
+// A batched forward gives each sequence the logits it gets alone: three
+// sequences of different lengths in slots out of order, their prompts in
+// one forward, then a denoising block each (one of them with causal rows
+// first: a committed block and the next), against a decoder each.
+func TestBatchDecoderMatchesAlone(t *testing.T) {
+	m, e := loadTiny(t)
+	defer m.Free()
+	ids := e.InputIDs
+	prompts := [][]int64{ids[:7], ids[:12], ids[3:8]}
+	blocks := [][]int64{{5, 6, 7, 8}, {9, 10, 11, 12}, {13, 14, 15, 16, 17, 18}}
+	causal := []int{0, 0, 2}
+	slots := []int{2, 0, 1}
+	// 1. Alone.
+	var want [][][]float64
+	for i := range prompts {
+		d, err := m.NewDecoder(40, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		decoderRows(t, d, prompts[i], len(prompts[i]))
+		if err := d.Commit(int64(len(prompts[i]))); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, decoderRows(t, d, blocks[i], causal[i]))
+		d.Free()
+	}
+	// 2. Together.
+	b, err := m.NewBatchDecoder(40, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free()
+	var pre, step []torch.BatchSeq
+	for i := range prompts {
+		pre = append(pre, torch.BatchSeq{Slot: slots[i], IDs: prompts[i], Causal: len(prompts[i])})
+		step = append(step, torch.BatchSeq{Slot: slots[i], IDs: blocks[i], Pos: int64(len(prompts[i])), Causal: causal[i], Rows: len(blocks[i])})
+	}
+	if l, err := b.Forward(pre); err != nil || l != nil {
+		t.Fatalf("prefill: %v, %v", l, err)
+	}
+	logits, err := b.Forward(step)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logits.Free()
+	l := logits.Reshape(1, logits.Shape()[0], -1)
+	defer l.Free()
+	got := rows(t, l)
+	off := 0
+	for i := range blocks {
+		g := got[off : off+len(blocks[i])]
+		off += len(blocks[i])
+		if e := rowRelErr(g, want[i]); e > 1e-5 {
+			t.Errorf("sequence %d (slot %d): batched logits differ from alone by %.2e", i, slots[i], e)
+		}
+	}
+	// A sequence outside the slots, or past the context, is an error.
+	for _, s := range []torch.BatchSeq{{Slot: 3, IDs: []int64{1}}, {Slot: 0, IDs: []int64{1}, Pos: 40}} {
+		if _, err := b.Forward([]torch.BatchSeq{s}); err == nil {
+			t.Errorf("%+v: no error", s)
+		}
+	}
+}

@@ -7,6 +7,7 @@ package torch
 import "C"
 
 import (
+	"fmt"
 	"runtime"
 	"unsafe"
 )
@@ -38,6 +39,10 @@ type DecoderSpec struct {
 	// whose grid barriers need all its CTAs resident at once: for a GPU
 	// shared through MPS.
 	NoPersistentKernel bool
+	// Seqs is how many sequences' KV caches (slots of Max positions) the
+	// decoder holds, for ForwardBatch; 0 means 1. The other forwards use
+	// slot 0.
+	Seqs int
 }
 
 // Decoder runs a whole Llama forward for decoding (batch 1) in one shim
@@ -78,7 +83,7 @@ func NewDecoder(s *DecoderSpec) *Decoder {
 	}
 	e := C.dtl_decoder_new(s.Embed.h(), s.Norm.h(), s.Head.h(), arr, C.int(len(s.Layers)),
 		C.int(s.Heads), C.int(s.KVHeads), C.double(s.Eps), C.double(s.Scale), s.Cos.h(), s.Sin.h(),
-		C.int(s.Graphs), C.int(opts), &d)
+		C.int(s.Graphs), C.int(opts), C.int(max(s.Seqs, 1)), &d)
 	runtime.KeepAlive(keep)
 	check("decoder_new", e)
 	return &Decoder{p: d}
@@ -104,6 +109,54 @@ func (d *Decoder) Forward(ids []int64, pos int64, causal, rows int) *Tensor {
 		C.int64_t(causal), C.int64_t(rows), &out)
 	runtime.KeepAlive(ids)
 	check("decoder_forward", e)
+	if out == nil {
+		return nil
+	}
+	return wrap(out)
+}
+
+// BatchSeq is one sequence of a ForwardBatch: its tokens, at positions
+// [Pos, Pos+len(IDs)) of KV slot Slot, the first Causal of them causal;
+// Rows asks for the logits of its last Rows tokens.
+type BatchSeq struct {
+	Slot   int
+	IDs    []int64
+	Pos    int64
+	Causal int
+	Rows   int
+}
+
+// ForwardBatch runs several sequences in one forward (continuous
+// batching): the projections and the MLP over all their tokens at once,
+// attention per sequence over its own slot (made with DecoderSpec.Seqs).
+// It returns the requested logit rows of every sequence, stacked in order
+// (sum of Rows, V), or nil when no sequence asks for any.
+func (d *Decoder) ForwardBatch(seqs []BatchSeq) *Tensor {
+	mustLoad()
+	if d.p == nil {
+		panic(&Error{Op: "decoder_forward_batch", Msg: "decoder is freed"})
+	}
+	if len(seqs) == 0 {
+		panic(&Error{Op: "decoder_forward_batch", Msg: "an empty batch"})
+	}
+	var ids []int64
+	slot, n, pos, causal, rows := make([]int64, len(seqs)), make([]int64, len(seqs)), make([]int64, len(seqs)),
+		make([]int64, len(seqs)), make([]int64, len(seqs))
+	for i, s := range seqs {
+		if len(s.IDs) == 0 {
+			panic(&Error{Op: "decoder_forward_batch", Msg: fmt.Sprintf("sequence %d has no tokens", i)})
+		}
+		ids = append(ids, s.IDs...)
+		slot[i], n[i], pos[i], causal[i], rows[i] = int64(s.Slot), int64(len(s.IDs)), s.Pos, int64(s.Causal), int64(s.Rows)
+	}
+	// The arrays are Go memory without Go pointers: the shim reads them
+	// during the call only.
+	p64 := func(v []int64) *C.int64_t { return (*C.int64_t)(unsafe.Pointer(&v[0])) }
+	var out C.dt_tensor
+	e := C.dtl_decoder_forward_batch(d.p, p64(ids), C.int(len(seqs)), p64(slot), p64(n), p64(pos), p64(causal), p64(rows), &out)
+	runtime.KeepAlive(ids)
+	runtime.KeepAlive([][]int64{slot, n, pos, causal, rows})
+	check("decoder_forward_batch", e)
 	if out == nil {
 		return nil
 	}

@@ -153,10 +153,12 @@ static dt_err (*p_backward_grad)(dt_tensor t, dt_tensor grad);
 dt_err dtl_backward_grad(dt_tensor t, dt_tensor grad) { return p_backward_grad(t, grad); }
 static dt_err (*p_detach)(dt_tensor t, dt_tensor *out);
 dt_err dtl_detach(dt_tensor t, dt_tensor *out) { return p_detach(t, out); }
-static dt_err (*p_decoder_new)(dt_tensor embed, dt_tensor norm, dt_tensor head, const dt_tensor *layers, int n_layers, int n_head, int n_kv_head, double eps, double attn_scale, dt_tensor cos, dt_tensor sin, int graphs, int options, dt_decoder *out);
-dt_err dtl_decoder_new(dt_tensor embed, dt_tensor norm, dt_tensor head, const dt_tensor *layers, int n_layers, int n_head, int n_kv_head, double eps, double attn_scale, dt_tensor cos, dt_tensor sin, int graphs, int options, dt_decoder *out) { return p_decoder_new(embed, norm, head, layers, n_layers, n_head, n_kv_head, eps, attn_scale, cos, sin, graphs, options, out); }
+static dt_err (*p_decoder_new)(dt_tensor embed, dt_tensor norm, dt_tensor head, const dt_tensor *layers, int n_layers, int n_head, int n_kv_head, double eps, double attn_scale, dt_tensor cos, dt_tensor sin, int graphs, int options, int seqs, dt_decoder *out);
+dt_err dtl_decoder_new(dt_tensor embed, dt_tensor norm, dt_tensor head, const dt_tensor *layers, int n_layers, int n_head, int n_kv_head, double eps, double attn_scale, dt_tensor cos, dt_tensor sin, int graphs, int options, int seqs, dt_decoder *out) { return p_decoder_new(embed, norm, head, layers, n_layers, n_head, n_kv_head, eps, attn_scale, cos, sin, graphs, options, seqs, out); }
 static dt_err (*p_decoder_forward)(dt_decoder d, const int64_t *ids, int64_t n, int64_t pos, int64_t causal, int64_t rows, dt_tensor *logits);
 dt_err dtl_decoder_forward(dt_decoder d, const int64_t *ids, int64_t n, int64_t pos, int64_t causal, int64_t rows, dt_tensor *logits) { return p_decoder_forward(d, ids, n, pos, causal, rows, logits); }
+static dt_err (*p_decoder_forward_batch)(dt_decoder dec, const int64_t *ids, int n_seq, const int64_t *slot, const int64_t *n, const int64_t *pos, const int64_t *causal, const int64_t *rows, dt_tensor *logits);
+dt_err dtl_decoder_forward_batch(dt_decoder dec, const int64_t *ids, int n_seq, const int64_t *slot, const int64_t *n, const int64_t *pos, const int64_t *causal, const int64_t *rows, dt_tensor *logits) { return p_decoder_forward_batch(dec, ids, n_seq, slot, n, pos, causal, rows, logits); }
 static dt_err (*p_decoder_forward_next)(dt_decoder d, int64_t n, int64_t pos, dt_tensor picks, int64_t mask, int64_t k, int shift, int64_t rows, int *ok, dt_tensor *logits);
 dt_err dtl_decoder_forward_next(dt_decoder d, int64_t n, int64_t pos, dt_tensor picks, int64_t mask, int64_t k, int shift, int64_t rows, int *ok, dt_tensor *logits) { return p_decoder_forward_next(d, n, pos, picks, mask, k, shift, rows, ok, logits); }
 static int64_t (*p_decoder_graphs)(dt_decoder d);
@@ -278,6 +280,7 @@ const char *dtl_open(const char *path) {
   RESOLVE(detach)
   RESOLVE(decoder_new)
   RESOLVE(decoder_forward)
+  RESOLVE(decoder_forward_batch)
   RESOLVE(decoder_forward_next)
   RESOLVE(decoder_graphs)
   RESOLVE(decoder_prepare)

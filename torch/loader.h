@@ -80,8 +80,9 @@ dt_err dtl_clip_grad_norm(const dt_tensor *params, int n, double max_norm, doubl
 dt_err dtl_adamw_update(dt_tensor param, dt_tensor m, dt_tensor v, int64_t step, double lr, double beta1, double beta2, double eps, double weight_decay);
 dt_err dtl_backward_grad(dt_tensor t, dt_tensor grad);
 dt_err dtl_detach(dt_tensor t, dt_tensor *out);
-dt_err dtl_decoder_new(dt_tensor embed, dt_tensor norm, dt_tensor head, const dt_tensor *layers, int n_layers, int n_head, int n_kv_head, double eps, double attn_scale, dt_tensor cos, dt_tensor sin, int graphs, int options, dt_decoder *out);
+dt_err dtl_decoder_new(dt_tensor embed, dt_tensor norm, dt_tensor head, const dt_tensor *layers, int n_layers, int n_head, int n_kv_head, double eps, double attn_scale, dt_tensor cos, dt_tensor sin, int graphs, int options, int seqs, dt_decoder *out);
 dt_err dtl_decoder_forward(dt_decoder d, const int64_t *ids, int64_t n, int64_t pos, int64_t causal, int64_t rows, dt_tensor *logits);
+dt_err dtl_decoder_forward_batch(dt_decoder dec, const int64_t *ids, int n_seq, const int64_t *slot, const int64_t *n, const int64_t *pos, const int64_t *causal, const int64_t *rows, dt_tensor *logits);
 dt_err dtl_decoder_forward_next(dt_decoder d, int64_t n, int64_t pos, dt_tensor picks, int64_t mask, int64_t k, int shift, int64_t rows, int *ok, dt_tensor *logits);
 int64_t dtl_decoder_graphs(dt_decoder d);
 dt_err dtl_decoder_prepare(dt_decoder d, int64_t n, int64_t upto, int64_t *captured);

@@ -84,6 +84,9 @@ struct Decoder {
   int64_t sms = 0;          // the device's SMs (cudnn_bucket's one wave)
   at::Tensor own_k, own_v, own_pos; // a fused commit's own keys and values (64, Hkv, D); 0, 1, ... 63
   int64_t written = 0;      // the cache slots [written, Max) are zero (the cuDNN path reads past the context)
+  // The KV cache holds seqs slots of slot_rows rows each (forward_batch's
+  // sequences; the single-sequence forwards use slot 0).
+  int64_t seqs = 1, slot_rows = 0;
   at::Tensor post_bar;      // post_fused's barrier count (DTK_TMA_POST_SYNC bytes, zero at first)
   bool persistent = true;   // post_fused may run (DT_DECODER_NO_PERSISTENT turns it off)
   // Whole-forward graphs of up to this many rows with kernels: the
@@ -262,26 +265,29 @@ struct Decoder {
   // others see all pos+T slots: c = T is a causal forward, c = 0 a block
   // that sees itself, and between the two a committed block followed by
   // the next block's first denoising step in one forward.
-  at::Tensor attend(DecLayer &ly, const at::Tensor &q, int64_t pos, int64_t c, const at::Tensor &dst = at::Tensor()) {
+  // base is the first row of the sequence's KV slot (forward_batch).
+  at::Tensor attend(DecLayer &ly, const at::Tensor &q, int64_t pos, int64_t c, const at::Tensor &dst = at::Tensor(),
+                    int64_t base = 0) {
     auto Tn = q.size(1), S = pos + Tn, G = H / Hkv;
     double sc = attn_scale();
+    auto kc = ly.kc.narrow(0, base, slot_rows), vc = ly.vc.narrow(0, base, slot_rows);
 #ifdef DLLM_CUDA
     if (flash) {
       if (c > 0 && c < Tn) {
         // Two calls, each with one rule for all its rows.
-        auto a = flash_part(ly, q.narrow(1, 0, c), pos + c, true, sc);
-        if (!dst.defined()) return at::cat({a, flash_part(ly, q.narrow(1, c, Tn - c), S, false, sc)}, 0);
+        auto a = flash_part(kc, vc, q.narrow(1, 0, c), pos + c, true, sc);
+        if (!dst.defined()) return at::cat({a, flash_part(kc, vc, q.narrow(1, c, Tn - c), S, false, sc)}, 0);
         dst.narrow(0, 0, c).view({c, Hkv, G, D}).copy_(a);
         auto rest = dst.narrow(0, c, Tn - c);
-        auto b = flash_part(ly, q.narrow(1, c, Tn - c), S, false, sc, rest);
+        auto b = flash_part(kc, vc, q.narrow(1, c, Tn - c), S, false, sc, rest);
         if (b.data_ptr() != rest.data_ptr()) rest.view({Tn - c, Hkv, G, D}).copy_(b);
         return dst.view({Tn, Hkv, G, D});
       }
-      return flash_part(ly, q, S, c > 0, sc, dst);
+      return flash_part(kc, vc, q, S, c > 0, sc, dst);
     }
 #endif
-    auto k = ly.kc.narrow(0, 0, S).unsqueeze(0).transpose(1, 2); // (1, Hkv, S, D)
-    auto v = ly.vc.narrow(0, 0, S).unsqueeze(0).transpose(1, 2);
+    auto k = kc.narrow(0, 0, S).unsqueeze(0).transpose(1, 2); // (1, Hkv, S, D)
+    auto v = vc.narrow(0, 0, S).unsqueeze(0).transpose(1, 2);
     at::Tensor y; // (1, H, T, D)
     if (c > 0 && c < Tn) {
       auto t = at::arange(Tn, q.options().dtype(at::kLong)).unsqueeze(1);
@@ -395,22 +401,22 @@ struct Decoder {
   // flash_part is FlashAttention over slots [0, S) for q (1, T, H, D), the
   // last T of which are q's own; (T, Hkv, G, D), in dst (T, H*D) when given
   // and the path can write there.
-  at::Tensor flash_part(DecLayer &ly, const at::Tensor &q, int64_t S, bool causal, double sc,
-                        const at::Tensor &dst = at::Tensor()) {
+  at::Tensor flash_part(const at::Tensor &kc, const at::Tensor &vc, const at::Tensor &q, int64_t S, bool causal,
+                        double sc, const at::Tensor &dst = at::Tensor()) {
     auto Tn = q.size(1), G = H / Hkv;
 #ifdef DLLM_KERNELS
     if (attn && (!causal || Tn == 1) && q.is_contiguous()) {
       auto out = dst.defined() && dst.is_contiguous() ? dst.view({Tn, H, D}) : at::empty({Tn, H, D}, q.options());
       auto scratch = at::empty({dtk_attn_decode_scratch(Tn, H, Hkv, S)}, q.options().dtype(at::kFloat));
-      check_launch(dtk_attn_decode(static_cast<int>(q.scalar_type()), q.data_ptr(), ly.kc.data_ptr(),
-                                   ly.vc.data_ptr(), out.data_ptr(), Tn, H, Hkv, S, static_cast<float>(sc),
+      check_launch(dtk_attn_decode(static_cast<int>(q.scalar_type()), q.data_ptr(), kc.data_ptr(),
+                                   vc.data_ptr(), out.data_ptr(), Tn, H, Hkv, S, static_cast<float>(sc),
                                    scratch.data_ptr(), stream()),
                    "attn_decode");
       return out.view({Tn, Hkv, G, D});
     }
 #endif
-    auto k = ly.kc.narrow(0, 0, S).unsqueeze(0); // (1, S, Hkv, D)
-    auto v = ly.vc.narrow(0, 0, S).unsqueeze(0);
+    auto k = kc.narrow(0, 0, S).unsqueeze(0); // (1, S, Hkv, D)
+    auto v = vc.narrow(0, 0, S).unsqueeze(0);
     if (!causal && G > 1 && Tn > 1 && S >= kFoldFrom) {
       // Without a causal mask every query row sees the same keys, so the
       // G heads that share a key head can be G x T rows of one head:
@@ -514,6 +520,72 @@ struct Decoder {
       x = post(ly, x, attend(ly, q, pos, causal).reshape({Tn, H * D}));
     }
     return norm_(x, norm);
+  }
+
+  // BatchSeq is one sequence of a batched forward: n tokens at positions
+  // [pos, pos + n) of KV slot slot, the first causal of them causal.
+  struct BatchSeq {
+    int64_t slot, n, pos, causal;
+  };
+
+  // forward_batch runs several sequences in one forward (continuous
+  // batching): every projection and the MLP over all their rows at once,
+  // so the weights are read once for the batch; RoPE and the KV writes
+  // by each row's own position and slot; attention per sequence over its
+  // slot. ids holds the sequences' tokens one after another; it returns
+  // their final hidden states in the same order. Each row's maths is the
+  // single-sequence forward's (the libtorch path: no graphs, no fused
+  // kernels), so a sequence's results do not depend on its neighbours
+  // beyond the matmuls' rounding.
+  at::Tensor forward_batch(const at::Tensor &ids, const std::vector<BatchSeq> &b) {
+    int64_t N = ids.numel(), off = 0;
+    std::vector<int64_t> inpos, rows;
+    inpos.reserve(N), rows.reserve(N);
+    for (auto &s : b) {
+      TORCH_CHECK(s.slot >= 0 && s.slot < seqs && s.n >= 1 && s.pos >= 0 && s.pos + s.n <= cos.size(0),
+                  "decoder: batch sequence in slot ", s.slot, " of ", seqs, ", ", s.n, " tokens at ", s.pos,
+                  " (context ", cos.size(0), ")");
+      for (int64_t t = 0; t < s.n; t++) {
+        inpos.push_back(s.pos + t);
+        rows.push_back(s.slot * slot_rows + s.pos + t);
+      }
+      off += s.n;
+    }
+    TORCH_CHECK(off == N, "decoder: the batch's sequences hold ", off, " tokens, ids ", N);
+    auto lo = ids.options().dtype(at::kLong);
+    auto positions = at::tensor(inpos, at::kLong).to(lo.device());
+    auto cache_rows = at::tensor(rows, at::kLong).to(lo.device());
+    auto c = cos.index_select(0, positions).unsqueeze(1); // (N, 1, D)
+    auto sn = sin.index_select(0, positions).unsqueeze(1);
+    auto x = embed.index_select(0, ids); // (N, C)
+    for (auto &ly : layers) {
+      auto qkv = ly.bqkv.defined() ? at::linear(norm_(x, ly.n1), ly.wqkv, ly.bqkv) : at::linear(norm_(x, ly.n1), ly.wqkv);
+      auto q = qkv.narrow(1, 0, H * D).view({N, H, D});
+      auto k = qkv.narrow(1, H * D, Hkv * D).view({N, Hkv, D});
+      auto v = qkv.narrow(1, (H + Hkv) * D, Hkv * D).view({N, Hkv, D});
+      q = q * c + rotate_half(q) * sn;
+      k = k * c + rotate_half(k) * sn;
+      ly.kc.index_copy_(0, cache_rows, k);
+      ly.vc.index_copy_(0, cache_rows, v);
+      std::vector<at::Tensor> ao;
+      off = 0;
+      for (auto &s : b) {
+        auto qs = q.narrow(0, off, s.n).unsqueeze(0); // (1, n, H, D)
+        ao.push_back(attend(ly, qs, s.pos, std::clamp<int64_t>(s.causal, 0, s.n), at::Tensor(), s.slot * slot_rows)
+                         .reshape({s.n, H * D}));
+        off += s.n;
+      }
+      auto y = at::linear(at::cat(ao, 0), ly.wo) + x;
+      auto gu = at::linear(norm_(y, ly.n2), ly.wgu);
+      x = at::linear(silu_mul_plain(gu), ly.wdown) + y;
+    }
+    return norm_(x, norm);
+  }
+
+  // silu_mul_plain is silu(gu[:, :F]) * gu[:, F:], with libtorch ops.
+  static at::Tensor silu_mul_plain(const at::Tensor &gu) {
+    auto F = gu.size(1) / 2;
+    return at::silu(gu.narrow(1, 0, F)) * gu.narrow(1, F, F);
   }
 
 #ifdef DLLM_CUDA
@@ -757,7 +829,7 @@ struct Decoder {
     if (!cudnn || Tn < 2 || end <= kCudnnFrom) return {};
     if (causal_rows(Tn, causal) > 0 && Tn > own_k.size(0)) return {};
     auto b = cut(Tn, end);
-    return b.slots() <= layers[0].kc.size(0) ? b : Bucket{};
+    return b.slots() <= slot_rows ? b : Bucket{};
   }
 
   // cut is cudnn_bucket's cut. cuDNN's kernel (9.19, Hopper) gives each
@@ -852,7 +924,7 @@ extern "C" {
 
 dt_err dt_decoder_new(dt_tensor embed, dt_tensor norm, dt_tensor head, const dt_tensor *layers, int n_layers,
                       int n_head, int n_kv_head, double eps, double attn_scale, dt_tensor cos, dt_tensor sin,
-                      int graphs, int options, dt_decoder *out) {
+                      int graphs, int options, int seqs, dt_decoder *out) {
   return guard([&] {
     TORCH_CHECK(n_layers > 0 && n_head > 0 && n_kv_head > 0 && n_head % n_kv_head == 0,
                 "decoder: bad layer or head counts");
@@ -925,9 +997,11 @@ dt_err dt_decoder_new(dt_tensor embed, dt_tensor norm, dt_tensor head, const dt_
       d->fold = true;
     }
 #endif
+    d->seqs = std::max(seqs, 1);
+    d->slot_rows = slots;
     for (auto &ly : d->layers) {
-      ly.kc = at::zeros({slots, d->Hkv, d->D}, d->embed.options());
-      ly.vc = at::zeros({slots, d->Hkv, d->D}, d->embed.options());
+      ly.kc = at::zeros({d->seqs * slots, d->Hkv, d->D}, d->embed.options());
+      ly.vc = at::zeros({d->seqs * slots, d->Hkv, d->D}, d->embed.options());
     }
 #ifdef DLLM_CUDA
     d->graphs = cuda ? graphs : 0;
@@ -951,6 +1025,33 @@ dt_err dt_decoder_forward(dt_decoder dec, const int64_t *ids, int64_t n, int64_t
 #endif
     auto l = d->logits(h, rows);
     *logits = l.defined() ? W(l) : nullptr;
+  });
+}
+
+dt_err dt_decoder_forward_batch(dt_decoder dec, const int64_t *ids, int n_seq, const int64_t *slot, const int64_t *n,
+                                const int64_t *pos, const int64_t *causal, const int64_t *rows, dt_tensor *logits) {
+  return guard([&] {
+    TORCH_CHECK(ids != nullptr && n_seq >= 1, "decoder: an empty batch");
+    auto *d = static_cast<Decoder *>(dec);
+    at::NoGradGuard ng;
+    std::vector<Decoder::BatchSeq> b(n_seq);
+    int64_t N = 0, R = 0;
+    for (int i = 0; i < n_seq; i++) {
+      b[i] = {slot[i], n[i], pos[i], causal[i]};
+      TORCH_CHECK(rows[i] >= 0 && rows[i] <= n[i], "decoder: ", rows[i], " logit rows of ", n[i]);
+      N += n[i], R += rows[i];
+    }
+    auto host = at::from_blob(const_cast<int64_t *>(ids), {N}, at::kLong);
+    auto h = d->forward_batch(host.to(d->embed.device(), at::kLong, false, true), b);
+    *logits = nullptr;
+    if (R == 0) return;
+    std::vector<at::Tensor> parts;
+    int64_t off = 0;
+    for (int i = 0; i < n_seq; i++) {
+      if (rows[i] > 0) parts.push_back(h.narrow(0, off + n[i] - rows[i], rows[i]));
+      off += n[i];
+    }
+    *logits = W(at::linear(at::cat(parts, 0), d->head));
   });
 }
 

@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define DT_ABI_VERSION 11
+#define DT_ABI_VERSION 12
 
 typedef void *dt_tensor;
 typedef char *dt_err;
@@ -248,12 +248,14 @@ dt_err dt_detach(dt_tensor t, dt_tensor *out);
  * attention. layers holds 7 handles
  * per layer: attention norm, fused QKV weight ((H+2Hkv)D, C), fused QKV bias
  * or NULL, output projection, MLP norm, fused gate-up weight (2F, C), down
- * projection. cos and sin are the RoPE tables (Max, D) in the model dtype. */
+ * projection. cos and sin are the RoPE tables (Max, D) in the model dtype.
+ * seqs (at least 1) is how many KV slots of Max positions the cache holds,
+ * for dt_decoder_forward_batch; the other forwards use slot 0. */
 dt_err dt_decoder_new(dt_tensor embed, dt_tensor norm, dt_tensor head,
                       const dt_tensor *layers, int n_layers, int n_head,
                       int n_kv_head, double eps, double attn_scale,
                       dt_tensor cos, dt_tensor sin, int graphs, int options,
-                      dt_decoder *out);
+                      int seqs, dt_decoder *out);
 /* dt_decoder_new's options, or-ed: NO_NORM_FOLD keeps the RMSNorm kernels
  * instead of copies of the QKV and gate-up weights with the norm weights
  * folded in (which cost their size again: 2.4 GB for MiniCPM5-2B);
@@ -272,6 +274,17 @@ dt_err dt_decoder_new(dt_tensor embed, dt_tensor norm, dt_tensor head,
 dt_err dt_decoder_forward(dt_decoder d, const int64_t *ids, int64_t n,
                           int64_t pos, int64_t causal, int64_t rows,
                           dt_tensor *logits);
+/* Runs n_seq sequences in one forward (continuous batching) on a decoder
+ * made with seqs >= the slots named: sequence i's n[i] ids (ids holds them
+ * one sequence after another, host memory) at positions [pos[i], pos[i] +
+ * n[i]) of KV slot slot[i], over that slot's cached [0, pos[i]), its first
+ * causal[i] rows causal. logits: the last rows[i] rows' of each sequence,
+ * stacked in order (sum rows, V), or NULL when every rows[i] is 0. The
+ * projections and the MLP run over all the rows at once; no CUDA graphs. */
+dt_err dt_decoder_forward_batch(dt_decoder dec, const int64_t *ids, int n_seq,
+                                const int64_t *slot, const int64_t *n,
+                                const int64_t *pos, const int64_t *causal,
+                                const int64_t *rows, dt_tensor *logits);
 /* The next denoising forward of a fixed-commit block of n tokens at pos,
  * queued before the host has read the picks of the forward before it (the
  * last one, whose last n ids are the block's canvas): on the device, the
