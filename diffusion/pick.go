@@ -13,18 +13,23 @@ const nucleusCap = 1024
 
 // picker chooses each position's candidate token and its probability on the
 // device, so that a step copies two numbers per position to the host.
-// Sampling draws from libtorch's generator, which Generate seeds with
-// Options.Seed (and which nothing else uses while a generation runs).
+// Sampling draws from a generator of the generation's own, seeded with
+// Options.Seed, so that generations running side by side (Batcher) each
+// reproduce their seed.
 type picker struct {
 	dev         torch.Device
 	mask        int64 // never proposed; -1 for none
 	temperature float64
-	topP        float64       // < 1: nucleus sampling
-	before      *torch.Tensor // (K, K) float32, 1 where row < column: probabilities to the mass ranked above each
+	topP        float64          // < 1: nucleus sampling
+	before      *torch.Tensor    // (K, K) float32, 1 where row < column: probabilities to the mass ranked above each
+	gen         *torch.Generator // sampling's; nil when greedy
 }
 
 func newPicker(p plan, dev torch.Device, vocab int) *picker {
 	pk := &picker{dev: dev, mask: p.mask, temperature: p.temperature, topP: p.topP}
+	if p.temperature > 0 {
+		pk.gen = torch.NewGenerator(p.seed, dev)
+	}
 	if p.temperature > 0 && p.topP < 1 {
 		k := int64(min(nucleusCap, vocab))
 		r := torch.Arange(0, k, torch.Int64, dev)
@@ -38,7 +43,10 @@ func newPicker(p plan, dev torch.Device, vocab int) *picker {
 	return pk
 }
 
-func (pk *picker) free() { pk.before.Free() }
+func (pk *picker) free() {
+	pk.before.Free()
+	pk.gen.Free()
+}
 
 // picks is a step's candidates on their way to the host (picker.start).
 type picks struct {
@@ -117,7 +125,7 @@ func (pk *picker) start(first, logits *torch.Tensor) *picks {
 		}
 		// Gumbel-max: argmax(log p + G) with G = -log(-log U) is a draw
 		// from p, in a fixed number of kernels and without a sort.
-		u := keep(torch.Rand(logp.Shape(), torch.Float32, pk.dev))
+		u := keep(pk.gen.Rand(logp.Shape(), torch.Float32))
 		g := keep(keep(keep(keep(u.Log()).Neg()).Log()).Neg())
 		ids := keep(keep(logp.Add(g)).Argmax(1, false)) // (n) int64
 		col := keep(ids.Reshape(n, 1))

@@ -39,6 +39,12 @@ static dt_err (*p_from_data)(const void *data, size_t nbytes, int dtype, const i
 dt_err dtl_from_data(const void *data, size_t nbytes, int dtype, const int64_t *shape, int ndim, int device_type, int device_index, dt_tensor *out) { return p_from_data(data, nbytes, dtype, shape, ndim, device_type, device_index, out); }
 static dt_err (*p_new)(int fill, double value, int dtype, const int64_t *shape, int ndim, int device_type, int device_index, dt_tensor *out);
 dt_err dtl_new(int fill, double value, int dtype, const int64_t *shape, int ndim, int device_type, int device_index, dt_tensor *out) { return p_new(fill, value, dtype, shape, ndim, device_type, device_index, out); }
+static dt_err (*p_generator_new)(uint64_t seed, int device_type, int device_index, dt_generator *out);
+dt_err dtl_generator_new(uint64_t seed, int device_type, int device_index, dt_generator *out) { return p_generator_new(seed, device_type, device_index, out); }
+static void (*p_generator_free)(dt_generator g);
+void dtl_generator_free(dt_generator g) { p_generator_free(g); }
+static dt_err (*p_rand_from)(dt_generator g, int dtype, const int64_t *shape, int ndim, dt_tensor *out);
+dt_err dtl_rand_from(dt_generator g, int dtype, const int64_t *shape, int ndim, dt_tensor *out) { return p_rand_from(g, dtype, shape, ndim, out); }
 static dt_err (*p_arange)(int64_t start, int64_t end, int dtype, int device_type, int device_index, dt_tensor *out);
 dt_err dtl_arange(int64_t start, int64_t end, int dtype, int device_type, int device_index, dt_tensor *out) { return p_arange(start, end, dtype, device_type, device_index, out); }
 static int (*p_ndim)(dt_tensor t);
@@ -221,6 +227,9 @@ const char *dtl_open(const char *path) {
   RESOLVE(free)
   RESOLVE(from_data)
   RESOLVE(new)
+  RESOLVE(generator_new)
+  RESOLVE(generator_free)
+  RESOLVE(rand_from)
   RESOLVE(arange)
   RESOLVE(ndim)
   RESOLVE(shape)

@@ -295,6 +295,37 @@ func Rand(shape []int64, dtype DType, dev Device) *Tensor {
 	return newTensor("rand", 5, 0, dtype, shape, dev)
 }
 
+// Generator is a random generator of its own, seeded, on one device:
+// its draws do not depend on anyone else's, so that generations running
+// side by side each reproduce their seed. Not safe for concurrent use.
+type Generator struct{ p C.dt_generator }
+
+// NewGenerator returns a generator on dev seeded with seed; a CPU one
+// draws what the default CPU generator draws after ManualSeed(seed).
+func NewGenerator(seed uint64, dev Device) *Generator {
+	mustLoad()
+	dt, di := dev.c()
+	g := &Generator{}
+	check("generator_new", C.dtl_generator_new(C.uint64_t(seed), dt, di, &g.p))
+	return g
+}
+
+// Free releases the generator; nil is fine.
+func (g *Generator) Free() {
+	if g != nil && g.p != nil {
+		C.dtl_generator_free(g.p)
+		g.p = nil
+	}
+}
+
+// Rand draws uniformly from [0, 1) on g's device.
+func (g *Generator) Rand(shape []int64, dtype DType) *Tensor {
+	s, n := shapeArg(shape)
+	return call("rand_from", func(out *C.dt_tensor) C.dt_err {
+		return C.dtl_rand_from(g.p, C.int(dtype), s, n, out)
+	})
+}
+
 // Arange is [start, end) as a 1-d tensor.
 func Arange(start, end int64, dtype DType, dev Device) *Tensor {
 	dt, di := dev.c()

@@ -121,6 +121,25 @@ func TestCreation(t *testing.T) {
 	}
 }
 
+// A generator of its own draws what the default one draws after the same
+// seed, and draws from the default one or another generator between its
+// draws change nothing.
+func TestGenerator(t *testing.T) {
+	ManualSeed(7)
+	want := f64(Rand([]int64{2, 50}, Float32, CPU))
+	g, h := NewGenerator(7, CPU), NewGenerator(8, CPU)
+	defer g.Free()
+	defer h.Free()
+	first := f64(g.Rand([]int64{2, 30}, Float32))
+	ManualSeed(99)
+	Rand([]int64{100}, Float32, CPU).Free()
+	h.Rand([]int64{100}, Float32).Free()
+	rest := f64(g.Rand([]int64{2, 20}, Float32))
+	closeTo(t, "generator draws", append(first, rest...), want, 0)
+	var nilGen *Generator
+	nilGen.Free()
+}
+
 func TestElementwise(t *testing.T) {
 	xs := []float64{0.5, 1.5, 2, 3.25}
 	ys := []float64{2, -1, 0.5, 4}

@@ -110,6 +110,36 @@ dt_err dt_new(int fill, double value, int dtype, const int64_t *shape, int ndim,
   });
 }
 
+dt_err dt_generator_new(uint64_t seed, int device_type, int device_index, dt_generator *out) {
+  return guard([&] {
+    auto dev = device_of(device_type, device_index);
+    at::Generator g;
+    if (dev.is_cpu()) {
+      g = at::detail::createCPUGenerator(seed);
+    } else {
+#ifdef DLLM_CUDA
+      g = at::cuda::detail::createCUDAGenerator(dev.index());
+      std::lock_guard<std::mutex> lock(g.mutex());
+      g.set_current_seed(seed);
+#else
+      TORCH_CHECK(false, "this libdllmtorch was built without CUDA");
+#endif
+    }
+    *out = new at::Generator(std::move(g));
+  });
+}
+
+void dt_generator_free(dt_generator g) { delete static_cast<at::Generator *>(g); }
+
+dt_err dt_rand_from(dt_generator g, int dtype, const int64_t *shape, int ndim, dt_tensor *out) {
+  return guard([&] {
+    check_dtype(dtype);
+    auto &gen = *static_cast<at::Generator *>(g);
+    auto opts = at::TensorOptions().dtype(stype(dtype)).device(gen.device());
+    *out = W(at::rand(dims(shape, ndim), gen, opts));
+  });
+}
+
 dt_err dt_arange(int64_t start, int64_t end, int dtype, int device_type, int device_index, dt_tensor *out) {
   return guard([&] {
     check_dtype(dtype);

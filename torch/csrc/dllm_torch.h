@@ -29,6 +29,7 @@ typedef char *dt_err;
 typedef void *dt_decoder;
 typedef void *dt_layout;
 typedef void *dt_host_copy;
+typedef void *dt_generator;
 
 /* Scalar types, numbered as c10::ScalarType so conversion is a cast. */
 enum {
@@ -88,6 +89,16 @@ dt_err dt_from_data(const void *data, size_t nbytes, int dtype,
 /* fill: 0 empty, 1 zeros, 2 ones, 3 full(value), 4 randn, 5 rand. */
 dt_err dt_new(int fill, double value, int dtype, const int64_t *shape, int ndim,
               int device_type, int device_index, dt_tensor *out);
+/* A random generator of its own on a device (device_type 0 cpu, 1 cuda),
+ * seeded: draws from it do not depend on anyone else's draws, so that
+ * concurrent generations each reproduce their seed. Freed with
+ * dt_generator_free. */
+dt_err dt_generator_new(uint64_t seed, int device_type, int device_index,
+                        dt_generator *out);
+void dt_generator_free(dt_generator g);
+/* Uniform draws in [0, 1) from g, on g's device. */
+dt_err dt_rand_from(dt_generator g, int dtype, const int64_t *shape, int ndim,
+                    dt_tensor *out);
 dt_err dt_arange(int64_t start, int64_t end, int dtype, int device_type,
                  int device_index, dt_tensor *out);
 int dt_ndim(dt_tensor t);

@@ -9,6 +9,7 @@
 
 #include <torch/torch.h>
 #include <torch/version.h>
+#include <ATen/CPUGeneratorImpl.h>
 
 #include <algorithm>
 #include <atomic>
@@ -22,9 +23,11 @@
 
 #include <map>
 #include <memory>
+#include <mutex>
 
 #ifdef DLLM_CUDA
 #include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDACachingAllocator.h>
