@@ -64,7 +64,9 @@ type DistillOptions struct {
 	// dropped truncated answers to ".truncated.jsonl" (DistillSidePaths).
 	Out string
 
-	// Concurrency is the number of requests in flight. Default 8.
+	// Concurrency is the number of requests in flight. Default 8, or the
+	// teacher's max_num_seqs when its /v1/models reports more (dllm serve
+	// --max-num-seqs), so that a batching teacher is kept full.
 	Concurrency int
 	// MaxTokens bounds each answer, reasoning included. Default 8192.
 	MaxTokens int
@@ -156,7 +158,6 @@ func (o *DistillOptions) setDefaults() {
 			*v = d
 		}
 	}
-	def(&o.Concurrency, 8)
 	def(&o.MaxTokens, 8192)
 	def(&o.N, 1)
 	def(&o.MaxRetries, 8)
@@ -181,8 +182,8 @@ func (o *DistillOptions) validate() error {
 	if o.Prompts == "" {
 		errs = append(errs, "a prompts file is required (--prompts)")
 	}
-	if o.Concurrency < 1 || o.MaxTokens < 1 || o.N < 1 || o.Limit < 0 || o.SyncEvery < 1 {
-		errs = append(errs, "concurrency, max tokens, n and sync-every must be at least 1, limit not negative")
+	if o.Concurrency < 0 || o.MaxTokens < 1 || o.N < 1 || o.Limit < 0 || o.SyncEvery < 1 {
+		errs = append(errs, "max tokens, n and sync-every must be at least 1, concurrency and limit not negative")
 	}
 	if o.Temperature < 0 || o.TopP < 0 || o.TopP > 1 {
 		errs = append(errs, fmt.Sprintf("temperature %v / top_p %v: want temperature >= 0 and 0 < top_p <= 1", o.Temperature, o.TopP))
@@ -304,19 +305,32 @@ func Distill(ctx context.Context, o DistillOptions) (*DistillStats, error) {
 		return st, nil
 	}
 
+	t := &teacher{o: &o, api: api, model: o.Model}
+	if t.model == "" || o.Concurrency == 0 {
+		models, err := t.models(ctx)
+		switch {
+		case err != nil && t.model == "":
+			return nil, err
+		case err != nil:
+			o.Concurrency = 8
+			logf("%v; %d requests in flight", err, o.Concurrency)
+		default:
+			if t.model == "" {
+				t.model = models[0].ID
+				logf("teacher model %q (from %s)", t.model, api.URL("/models"))
+			}
+			if o.Concurrency == 0 {
+				o.Concurrency = openai.FillConcurrency(models, 8)
+				logf("%d requests in flight", o.Concurrency)
+			}
+		}
+	}
 	if api.HTTP = o.Client; api.HTTP == nil {
 		api.HTTP = &http.Client{Transport: &http.Transport{
 			Proxy:               http.ProxyFromEnvironment,
 			MaxIdleConnsPerHost: o.Concurrency,
 			IdleConnTimeout:     90 * time.Second,
 		}}
-	}
-	t := &teacher{o: &o, api: api}
-	if t.model = o.Model; t.model == "" {
-		if t.model, err = t.firstModel(ctx); err != nil {
-			return nil, err
-		}
-		logf("teacher model %q (from %s)", t.model, api.URL("/models"))
 	}
 	w, err := newDistillWriter(&o, st)
 	if err != nil {
@@ -453,16 +467,18 @@ func asTeacherError(err error) *teacherError {
 	return &teacherError{msg: err.Error()}
 }
 
-// firstModel asks /v1/models for the served model's name.
-func (t *teacher) firstModel(ctx context.Context) (string, error) {
-	ids, err := t.api.Models(ctx)
+// models asks /v1/models for the served models: the model's name when
+// --model is not given, the concurrency that fills the teacher when
+// --concurrency is not.
+func (t *teacher) models(ctx context.Context) ([]openai.Model, error) {
+	models, err := t.api.Models(ctx)
 	if err != nil {
-		return "", fmt.Errorf("data: distill: cannot list the teacher's models (%s): %v; pass --model", t.api.URL("/models"), err)
+		return nil, fmt.Errorf("data: distill: cannot list the teacher's models (%s): %v; pass --model and --concurrency", t.api.URL("/models"), err)
 	}
-	if len(ids) == 0 || ids[0] == "" {
-		return "", fmt.Errorf("data: distill: %s lists no model; pass --model", t.api.URL("/models"))
+	if len(models) == 0 || models[0].ID == "" {
+		return nil, fmt.Errorf("data: distill: %s lists no model; pass --model", t.api.URL("/models"))
 	}
-	return ids[0], nil
+	return models, nil
 }
 
 // distillResult is the outcome of one job.

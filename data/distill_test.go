@@ -31,6 +31,9 @@ type fakeTeacher struct {
 	reply func(prompt string) (msg map[string]any, finish string)
 	// gate, when set, runs before answering (to hold requests in flight).
 	gate func()
+	// maxNumSeqs, when positive, is what /v1/models says the teacher runs
+	// at once (as dllm serve does).
+	maxNumSeqs int
 
 	mu       sync.Mutex
 	attempts map[string]int
@@ -43,7 +46,11 @@ func newFakeTeacher(t *testing.T) *fakeTeacher {
 	f := &fakeTeacher{attempts: map[string]int{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, r *http.Request) {
-		w.Write([]byte(`{"object":"list","data":[{"id":"teacher-2b","object":"model"}]}`))
+		card := map[string]any{"id": "teacher-2b", "object": "model"}
+		if f.maxNumSeqs > 0 {
+			card["max_num_seqs"] = f.maxNumSeqs
+		}
+		json.NewEncoder(w).Encode(map[string]any{"object": "list", "data": []any{card}})
 	})
 	mux.HandleFunc("POST /v1/chat/completions", f.chat)
 	f.srv = httptest.NewServer(mux)
@@ -245,16 +252,15 @@ func TestDistillWritesChatRecords(t *testing.T) {
 	}
 }
 
-func TestDistillConcurrency(t *testing.T) {
-	dir := t.TempDir()
-	f := newFakeTeacher(t)
-	// The first four requests wait until all four are in flight, which
-	// proves they run at once; none may ever exceed four.
+// holdFirst is a teacher's gate that holds each of the first n requests
+// until all n are in flight (for at most 5 s), which shows they run at
+// once.
+func holdFirst(n int) func() {
 	var arrived sync.WaitGroup
-	arrived.Add(4)
+	arrived.Add(n)
 	var first atomic.Int32
-	f.gate = func() {
-		if first.Add(1) <= 4 {
+	return func() {
+		if first.Add(1) <= int32(n) {
 			arrived.Done()
 			done := make(chan struct{})
 			go func() { arrived.Wait(); close(done) }()
@@ -263,6 +269,17 @@ func TestDistillConcurrency(t *testing.T) {
 			case <-time.After(5 * time.Second):
 			}
 		}
+	}
+}
+
+func TestDistillConcurrency(t *testing.T) {
+	dir := t.TempDir()
+	f := newFakeTeacher(t)
+	// The first four requests wait until all four are in flight, which
+	// proves they run at once; none may ever exceed four.
+	hold := holdFirst(4)
+	f.gate = func() {
+		hold()
 		time.Sleep(2 * time.Millisecond)
 	}
 	writePrompts(t, filepath.Join(dir, "prompts.jsonl"), 24)
@@ -276,6 +293,27 @@ func TestDistillConcurrency(t *testing.T) {
 	}
 	if got := ids(t, readRecords(t, o.Out)); len(got) != 24 {
 		t.Fatalf("%d records", len(got))
+	}
+}
+
+// Without a concurrency, distill keeps a teacher that says how many
+// requests it runs at once (max_num_seqs in /v1/models) full, and runs 8
+// against one that does not.
+func TestDistillFillsTheTeacher(t *testing.T) {
+	for _, c := range []struct{ seqs, want int }{{12, 12}, {0, 8}, {3, 8}} {
+		dir := t.TempDir()
+		f := newFakeTeacher(t)
+		f.maxNumSeqs = c.seqs
+		f.gate = holdFirst(c.want)
+		writePrompts(t, filepath.Join(dir, "prompts.jsonl"), 3*c.want)
+		o := distillOpts(f, dir)
+		o.Concurrency, o.Model = 0, ""
+		if st := mustDistill(t, o); st.Written != 3*c.want {
+			t.Fatalf("stats %+v", st)
+		}
+		if m := f.maxInflight.Load(); int(m) != c.want {
+			t.Errorf("teacher of max_num_seqs %d: at most %d requests in flight, want %d", c.seqs, m, c.want)
+		}
 	}
 }
 

@@ -27,10 +27,13 @@ type generation struct {
 	// reach is, with verify, how long a fixed prefix a draft needs before
 	// its block stops denoising (see check): the block size at first.
 	reach int
+	// cuda and device say where the model runs.
+	cuda   bool
+	device int
 }
 
 func newGeneration(m *model.Model, eng engine, p plan) (*generation, error) {
-	g := &generation{p: p, eng: eng, reach: p.block}
+	g := &generation{p: p, eng: eng, reach: p.block, cuda: m.Device.CUDA, device: m.Device.Index}
 	if err := torch.Try(func() { g.pick = newPicker(p, m.Device, m.Config.VocabSize) }); err != nil {
 		eng.free()
 		return nil, err

@@ -73,9 +73,6 @@ func (s *Sampler) Generate(ctx context.Context, prompt []int64, o Options, onBlo
 
 func (s *Sampler) generate(ctx context.Context, prompt []int64, p plan, onBlock BlockFunc, start time.Time) (res *Result, err error) {
 	defer torch.Recover(&err)
-	if p.temperature > 0 {
-		torch.ManualSeed(p.seed)
-	}
 	eng, err := s.engine(p)
 	if err != nil {
 		return nil, err
@@ -85,13 +82,20 @@ func (s *Sampler) generate(ctx context.Context, prompt []int64, p plan, onBlock 
 		return nil, err
 	}
 	defer g.free()
+	return g.run(ctx, prompt, onBlock, start)
+}
+
+// run generates from prompt: its prefill, then block after block until a
+// stop token, the length limit or onBlock ends it.
+func (g *generation) run(ctx context.Context, prompt []int64, onBlock BlockFunc, start time.Time) (res *Result, err error) {
+	p := g.p
 	// 1. The prompt into the KV cache.
 	if err := g.prefill(ctx, prompt); err != nil {
 		return nil, err
 	}
-	if s.model.Device.CUDA {
+	if g.cuda {
 		// Only so that Prefill measures the work rather than its launch.
-		if err := torch.Synchronize(s.model.Device.Index); err != nil {
+		if err := torch.Synchronize(g.device); err != nil {
 			return nil, err
 		}
 	}

@@ -132,21 +132,33 @@ func (c *Client) Chat(ctx context.Context, req *ChatRequest) (*ChatResponse, int
 	return &resp, n, nil
 }
 
-// Models lists the served model ids (GET /v1/models).
-func (c *Client) Models(ctx context.Context) ([]string, error) {
+// Model is one entry of GET /v1/models.
+type Model struct {
+	ID string `json:"id"`
+	// MaxNumSeqs is how many requests the server generates for at once,
+	// where it says (dllm serve does): the concurrency that fills it.
+	// 0 when it does not.
+	MaxNumSeqs int `json:"max_num_seqs"`
+}
+
+// Models lists the served models (GET /v1/models).
+func (c *Client) Models(ctx context.Context) ([]Model, error) {
 	var resp struct {
-		Data []struct {
-			ID string `json:"id"`
-		} `json:"data"`
+		Data []Model `json:"data"`
 	}
 	if _, err := c.Do(ctx, http.MethodGet, "/models", nil, &resp); err != nil {
 		return nil, err
 	}
-	ids := make([]string, len(resp.Data))
-	for i, m := range resp.Data {
-		ids[i] = m.ID
+	return resp.Data, nil
+}
+
+// FillConcurrency is the concurrency for a client of models (Models'
+// answer): the server's MaxNumSeqs where it says more than def, else def.
+func FillConcurrency(models []Model, def int) int {
+	if len(models) > 0 && models[0].MaxNumSeqs > def {
+		return models[0].MaxNumSeqs
 	}
-	return ids, nil
+	return def
 }
 
 // Chunk is one event of a streamed chat completion.

@@ -147,3 +147,30 @@ func TestErrorMessage(t *testing.T) {
 		}
 	}
 }
+
+// Models reads max_num_seqs where a server says it, and FillConcurrency
+// takes it over the default only when it is more.
+func TestModelsFillConcurrency(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(`{"object":"list","data":[{"id":"m","object":"model","max_num_seqs":32}]}`))
+	}))
+	defer srv.Close()
+	c, err := New(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	models, err := c.Models(context.Background())
+	if err != nil || len(models) != 1 || models[0] != (Model{ID: "m", MaxNumSeqs: 32}) {
+		t.Fatalf("models %+v, %v", models, err)
+	}
+	for _, tc := range []struct {
+		models    []Model
+		def, want int
+	}{
+		{models, 4, 32}, {models, 64, 64}, {[]Model{{ID: "vllm"}}, 8, 8}, {nil, 8, 8},
+	} {
+		if got := FillConcurrency(tc.models, tc.def); got != tc.want {
+			t.Errorf("FillConcurrency(%+v, %d) = %d, want %d", tc.models, tc.def, got, tc.want)
+		}
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"dllm/diffusion"
+	"dllm/model"
 	"dllm/torch"
 )
 
@@ -161,5 +162,32 @@ func TestLoadVerifies(t *testing.T) {
 				t.Fatalf("Load: %v, want an error about %q", err, c.want)
 			}
 		})
+	}
+}
+
+// --kv-cache-gb caps the sequences run at once by their slots' bytes, and
+// one that cannot hold a single slot says what to change.
+func TestSlots(t *testing.T) {
+	cfg, err := model.LoadConfig(tinyDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &Checked{Config: cfg}
+	slot := float64(cfg.KVBytesPerToken(4)*64) / (1 << 30) // f32, 64 positions
+	for _, tc := range []struct {
+		seqs int
+		gb   float64
+		want int
+	}{
+		{0, 0, 1}, {1, 0, 1}, {8, 0, 8},
+		{8, 3.5 * slot, 3}, {8, 100 * slot, 8}, {2, 1.01 * slot, 1}, {2, 0.9 * slot, 0},
+	} {
+		n, err := c.Slots(LoadOptions{DType: torch.Float32, MaxModelLen: 64, MaxNumSeqs: tc.seqs, KVCacheGB: tc.gb})
+		switch {
+		case tc.want == 0 && (err == nil || !strings.Contains(err.Error(), "--max-model-len")):
+			t.Errorf("%d seqs in %.2g GiB: %d, %v; want an error naming --max-model-len", tc.seqs, tc.gb, n, err)
+		case tc.want > 0 && (err != nil || n != tc.want):
+			t.Errorf("%d seqs in %.2g GiB: %d, %v; want %d", tc.seqs, tc.gb, n, err, tc.want)
+		}
 	}
 }

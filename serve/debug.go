@@ -34,7 +34,7 @@ func (s *Server) handleDebugStats(w http.ResponseWriter, r *http.Request) {
 	if torch.ShimPath() != "" { // loaded; never load it just for this
 		st.LiveTensors = torch.LiveTensors()
 	}
-	st.Running, st.Waiting = s.queue.depth()
+	st.Running, st.Waiting, _ = s.queue.depth()
 	writeJSON(w, http.StatusOK, st)
 }
 

@@ -58,6 +58,16 @@ func TestE2EDemo(t *testing.T) {
 	nodeTest(p, "demo.test.mjs", "demo")
 }
 
+// TestE2EBatch serves the demo model with --max-num-seqs 4 and runs
+// test/e2e/batch.test.mjs: sixteen requests at once, half streamed, get
+// the replies they get alone, and they shared forwards.
+func TestE2EBatch(t *testing.T) {
+	nodeTest := needNode(t)
+	bin := needBinary(t)
+	p := startServer(t, bin, filepath.Join("..", "models", "demo"), "--served-model-name", "demo", "--max-num-seqs", "4")
+	nodeTest(p, "batch.test.mjs", "demo", "DLLM_MAX_NUM_SEQS=4")
+}
+
 // needNode skips the test without a node new enough for the openai client
 // and returns a function that runs one of test/e2e's files against a
 // server (installing the client first when test/e2e/node_modules lacks it).

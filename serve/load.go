@@ -100,6 +100,34 @@ type LoadOptions struct {
 	// NoNormFold and NoPersistentKernel are model.LoadOptions' decoder
 	// choices: less GPU memory, and GPUs shared through MPS.
 	NoNormFold, NoPersistentKernel bool
+	// MaxNumSeqs is how many requests generate at once; above 1 they run
+	// as one batch (diffusion.Batcher), each in a KV cache slot of the
+	// whole context. 0 means 1: the single-stream sampler.
+	MaxNumSeqs int
+	// KVCacheGB, when positive, caps the batch's KV cache in GiB: fewer
+	// sequences than MaxNumSeqs run at once when their slots need more.
+	KVCacheGB float64
+	// MaxNumBatchedTokens caps the tokens of one batched forward (prompt
+	// chunks and blocks together); 0 = diffusion.BatchConfig's default.
+	MaxNumBatchedTokens int
+}
+
+// Slots is how many sequences of the served context run at once under o:
+// MaxNumSeqs, fewer when KVCacheGB cannot hold them. An error says what
+// to change when it cannot hold one.
+func (c *Checked) Slots(o LoadOptions) (int, error) {
+	seqs := max(o.MaxNumSeqs, 1)
+	if o.KVCacheGB <= 0 {
+		return seqs, nil
+	}
+	ctxLen := c.ContextLength(o.MaxModelLen)
+	slot := c.Config.KVBytesPerToken(o.DType.Size()) * int64(ctxLen)
+	n := int(o.KVCacheGB * (1 << 30) / float64(slot))
+	if n < 1 {
+		return 0, fmt.Errorf("--kv-cache-gb %g cannot hold one sequence of the context of %d positions (%.2f GiB): raise it or lower --max-model-len",
+			o.KVCacheGB, ctxLen, float64(slot)/(1<<30))
+	}
+	return min(n, seqs), nil
 }
 
 // ContextLength is the context a model is served with.
@@ -141,25 +169,55 @@ func (c *Checked) Load(ctx context.Context, o LoadOptions) (m *Model, err error)
 	if err != nil {
 		return nil, err
 	}
-	eng := newEngine(lm, c.Settings)
-	// The sampler's defaults (dllm.json's, resolved by diffusion alone),
+	ctxLen := c.ContextLength(o.MaxModelLen)
+	seqs, err := c.Slots(o)
+	if err != nil {
+		lm.Free()
+		return nil, err
+	}
+	var gen generator
+	var sampler *diffusion.Sampler
+	var stats func() diffusion.BatchStats
+	closeModel := lm.Free
+	if o.MaxNumSeqs > 1 {
+		b, err := diffusion.NewBatcher(lm, c.Settings, diffusion.BatchConfig{Seqs: seqs, Context: ctxLen, StepTokens: o.MaxNumBatchedTokens})
+		if err != nil {
+			lm.Free()
+			gib := float64(c.Config.KVBytesPerToken(o.DType.Size())*int64(ctxLen)*int64(seqs)) / (1 << 30)
+			return nil, fmt.Errorf("the KV cache of %d sequences of %d positions (%.1f GiB): %w; lower --max-num-seqs or --max-model-len, or cap it with --kv-cache-gb",
+				seqs, ctxLen, gib, err)
+		}
+		gen, closeModel, stats = b, func() { b.Close(); lm.Free() }, b.Stats
+	} else {
+		sampler = diffusion.NewSampler(lm, c.Settings)
+		gen = sampler
+	}
+	// The engine's defaults (dllm.json's, resolved by diffusion alone),
 	// with the stop ids and the context this server allows.
-	defaults := eng.s.Defaults()
-	defaults.StopIDs, defaults.ContextLimit = c.StopIDs, c.ContextLength(o.MaxModelLen)
+	defaults := gen.Defaults()
+	defaults.StopIDs, defaults.ContextLimit = c.StopIDs, ctxLen
 	m = &Model{
-		Engine:        eng,
+		Engine:        samplerEngine{gen},
 		Tokenizer:     c.Tokenizer,
 		Defaults:      defaults,
-		ContextLength: c.ContextLength(o.MaxModelLen),
+		ContextLength: ctxLen,
 		BlockSize:     c.Settings.BlockSize,
 		VocabSize:     c.Config.VocabSize,
-		Close:         lm.Free,
+		MaxNumSeqs:    seqs,
+		BatchStats:    stats,
+		Close:         closeModel,
 	}
-	if o.Warmup && o.Device.CUDA {
+	if o.Warmup && o.Device.CUDA && sampler == nil {
+		if err := warmup(ctx, m, c.Settings.BlockSize); err != nil {
+			m.Close()
+			return nil, fmt.Errorf("warm-up generation: %w", err)
+		}
+	}
+	if o.Warmup && o.Device.CUDA && sampler != nil {
 		// The decoder for the whole context now, with the graphs of long
 		// contexts' block steps: no request waits for them. (On the CPU
 		// there are no graphs, and the cache grows as requests need it.)
-		if err := eng.s.Reserve(m.ContextLength, c.Settings.BlockSize); err != nil {
+		if err := sampler.Reserve(m.ContextLength, c.Settings.BlockSize); err != nil {
 			lm.Free()
 			return nil, fmt.Errorf("reserving the KV cache for %d positions: %w", m.ContextLength, err)
 		}

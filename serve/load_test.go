@@ -21,10 +21,21 @@ import (
 // before, between and after two halves of load) and the server still stops
 // cleanly.
 //
-// By default it is short (16 clients, 6 s). DLLM_LOAD_TEST=1 makes it the
-// full test: 64 clients for 3 minutes (DLLM_LOAD_CLIENTS and
-// DLLM_LOAD_DURATION change them). docs/reliability.md has the figures.
+// It runs twice: one request at a time, and four at once in a batch
+// (--max-num-seqs 4). By default each is short (16 clients, 6 s).
+// DLLM_LOAD_TEST=1 makes them the full test: 64 clients for 3 minutes
+// (DLLM_LOAD_CLIENTS and DLLM_LOAD_DURATION change them).
+// docs/reliability.md has the figures.
 func TestLoad(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		args []string
+	}{{"one at a time", nil}, {"batched", []string{"--max-num-seqs", "4"}}} {
+		t.Run(c.name, func(t *testing.T) { testLoad(t, c.args...) })
+	}
+}
+
+func testLoad(t *testing.T, args ...string) {
 	clients, duration := 16, 6*time.Second
 	if os.Getenv("DLLM_LOAD_TEST") == "1" {
 		clients, duration = 64, 3*time.Minute
@@ -38,7 +49,7 @@ func TestLoad(t *testing.T) {
 	bin := needBinary(t)
 	model := tinyModelDir(t, bin)
 	// A queue shorter than the clients, so that the server is overloaded.
-	srv := startServer(t, bin, model, "--max-queue", "8", "--debug-stats", "--request-timeout", "2m")
+	srv := startServer(t, bin, model, append([]string{"--max-queue", "8", "--debug-stats", "--request-timeout", "2m"}, args...)...)
 	ctx, cancel := context.WithTimeout(context.Background(), duration+5*time.Minute)
 	defer cancel()
 	progress := &testWriter{t: t}

@@ -67,7 +67,7 @@ func (m *metrics) record(st *reqStats, status int, took time.Duration) {
 // handleMetrics writes the metrics.
 func (s *Server) handleMetrics(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-	running, waiting := s.queue.depth()
+	running, waiting, slots := s.queue.depth()
 	ready := 0
 	if s.Ready() {
 		ready = 1
@@ -81,7 +81,13 @@ func (s *Server) handleMetrics(w http.ResponseWriter, _ *http.Request) {
 	}
 	gauge("dllm_num_requests_running", "Requests on the model now.", running)
 	gauge("dllm_num_requests_waiting", "Requests waiting for the model.", waiting)
+	gauge("dllm_max_num_seqs", "Requests the model runs at once (--max-num-seqs, as its KV cache allows).", slots)
 	gauge("dllm_model_ready", "1 once the model is loaded.", ready)
+	if md := s.model.Load(); md != nil && md.BatchStats != nil {
+		bs := md.BatchStats()
+		counter("dllm_batch_steps_total", "Batched forwards run; sequence forwards over these is the mean batch size.", uint64(bs.Steps))
+		counter("dllm_batch_sequence_forwards_total", "Forwards of single sequences the batched forwards held.", uint64(bs.SeqForwards))
+	}
 	m := s.metrics
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -8,8 +8,9 @@ import (
 	"dllm/tokenizer"
 )
 
-// Engine generates the continuation of one prompt; *diffusion.Sampler is
-// one. The server never calls it concurrently.
+// Engine generates the continuation of one prompt; *diffusion.Sampler and
+// *diffusion.Batcher are engines. The server calls it from up to
+// Model.MaxNumSeqs requests at once.
 type Engine interface {
 	// Generate denoises block after block, handing each committed block to
 	// onBlock, until a stop id, onBlock's stop, o.MaxNewTokens or the
@@ -36,6 +37,11 @@ type Model struct {
 	BlockSize int
 	// VocabSize is the model's embedding rows; token-id prompts must be below.
 	VocabSize int
+	// MaxNumSeqs is how many requests the Engine runs at once; 0 means 1.
+	MaxNumSeqs int
+	// BatchStats, for a batching engine, counts its batched forwards and
+	// the sequences' forwards they held (/metrics); nil otherwise.
+	BatchStats func() diffusion.BatchStats
 	// Close frees the model's memory; nil when there is nothing to free.
 	Close func()
 

@@ -9,12 +9,14 @@ import (
 // errQueueFull is returned by enqueue when max requests are already waiting.
 var errQueueFull = errors.New("queue full")
 
-// queue hands the model to one request at a time, in arrival order, with
-// at most max requests waiting behind the running one. A request that
-// gives up while waiting leaves the queue at once and frees its place.
+// queue hands the model to up to slots requests at a time (the
+// sequences the engine runs together), in arrival order, with at most max
+// requests waiting behind the running ones. A request that gives up while
+// waiting leaves the queue at once and frees its place.
 type queue struct {
 	mu      sync.Mutex
-	busy    bool
+	running int
+	slots   int
 	waiting []*ticket
 	max     int
 	// arrivals and grants count tickets issued and turns handed out, so
@@ -31,20 +33,34 @@ type ticket struct {
 	seq, grant uint64
 }
 
-func newQueue(max int) *queue { return &queue{max: max} }
+func newQueue(max int) *queue { return &queue{max: max, slots: 1} }
+
+// setSlots lets up to n requests run at once (at least 1), granting
+// waiting ones their turn when n grows.
+func (q *queue) setSlots(n int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.slots = max(n, 1)
+	for q.running < q.slots && len(q.waiting) > 0 {
+		next := q.waiting[0]
+		q.waiting = q.waiting[1:]
+		q.running++
+		q.grantLocked(next)
+	}
+}
 
 // enqueue takes a place in line, or fails at once with errQueueFull so that
 // the client can be told to retry instead of waiting unboundedly.
 func (q *queue) enqueue() (*ticket, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.busy && len(q.waiting) >= q.max {
+	if q.running >= q.slots && len(q.waiting) >= q.max {
 		return nil, errQueueFull
 	}
 	q.arrivals++
 	t := &ticket{q: q, granted: make(chan struct{}), seq: q.arrivals}
-	if !q.busy {
-		q.busy = true
+	if q.running < q.slots {
+		q.running++
 		q.grantLocked(t)
 		return t, nil
 	}
@@ -80,12 +96,13 @@ func (t *ticket) cancel() {
 	q.release()
 }
 
-// release gives the model to the next waiting request, if any.
+// release gives the running request's place to the next waiting one, if
+// any.
 func (q *queue) release() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if len(q.waiting) == 0 {
-		q.busy = false
+	if len(q.waiting) == 0 || q.running > q.slots {
+		q.running--
 		return
 	}
 	next := q.waiting[0]
@@ -100,12 +117,9 @@ func (q *queue) grantLocked(t *ticket) {
 	close(t.granted)
 }
 
-// depth reports the running request (0 or 1) and the number waiting.
-func (q *queue) depth() (running, waiting int) {
+// depth reports the requests running and waiting, and how many may run.
+func (q *queue) depth() (running, waiting, slots int) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.busy {
-		running = 1
-	}
-	return running, len(q.waiting)
+	return q.running, len(q.waiting), q.slots
 }

@@ -59,7 +59,54 @@ func TestQueueFIFO(t *testing.T) {
 		}
 		q.release()
 	}
-	if r, w := q.depth(); r != 0 || w != 0 {
+	if r, w, _ := q.depth(); r != 0 || w != 0 {
+		t.Errorf("depth %d/%d after all released", r, w)
+	}
+}
+
+// With several slots, that many requests run at once, the rest wait in
+// arrival order, the bound counts only waiters, and more slots let
+// waiters in at once.
+func TestQueueSlots(t *testing.T) {
+	q := newQueue(2)
+	q.setSlots(2)
+	granted := func(tk *ticket) bool {
+		select {
+		case <-tk.granted:
+			return true
+		default:
+			return false
+		}
+	}
+	var tks []*ticket
+	for range 4 {
+		tk, err := q.enqueue()
+		if err != nil {
+			t.Fatal(err)
+		}
+		tks = append(tks, tk)
+	}
+	if _, err := q.enqueue(); !errors.Is(err, errQueueFull) {
+		t.Fatalf("5th request with 2 running and 2 waiting: %v, want errQueueFull", err)
+	}
+	if !granted(tks[0]) || !granted(tks[1]) || granted(tks[2]) || granted(tks[3]) {
+		t.Fatal("want the first two running, the others waiting")
+	}
+	if r, w, n := q.depth(); r != 2 || w != 2 || n != 2 {
+		t.Errorf("depth %d running, %d waiting of %d slots; want 2, 2, 2", r, w, n)
+	}
+	q.release()
+	if !granted(tks[2]) || granted(tks[3]) {
+		t.Fatal("a release should let the next one in, and only it")
+	}
+	q.setSlots(3)
+	if !granted(tks[3]) {
+		t.Fatal("a third slot should let the last one in")
+	}
+	for range 3 {
+		q.release()
+	}
+	if r, w, _ := q.depth(); r != 0 || w != 0 {
 		t.Errorf("depth %d/%d after all released", r, w)
 	}
 }
@@ -80,8 +127,8 @@ func TestQueueFull(t *testing.T) {
 			statuses <- resp.StatusCode
 		}()
 	}
-	<-eng.started                                                      // one runs...
-	waitFor(t, func() bool { _, w := s.queue.depth(); return w == 1 }) // ...one waits
+	<-eng.started                                                         // one runs...
+	waitFor(t, func() bool { _, w, _ := s.queue.depth(); return w == 1 }) // ...one waits
 	resp, b := post(t, ts.URL+"/v1/chat/completions", body)
 	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" {
 		t.Fatalf("status %d, Retry-After %q: %s", resp.StatusCode, resp.Header.Get("Retry-After"), b)
@@ -146,7 +193,7 @@ func TestDisconnectCancels(t *testing.T) {
 			if !errors.Is(eng.ctxErr, context.Canceled) {
 				t.Errorf("engine ctx: %v, want canceled", eng.ctxErr)
 			}
-			waitFor(t, func() bool { r, _ := s.queue.depth(); return r == 0 })
+			waitFor(t, func() bool { r, _, _ := s.queue.depth(); return r == 0 })
 			eng.gate = nil
 			resp, b := post(t, ts.URL+"/v1/chat/completions", `{"messages":[{"role":"user","content":"Hi"}],"max_tokens":3}`)
 			decodeChat(t, resp, b)
@@ -239,7 +286,7 @@ func TestQueuedCancelLog(t *testing.T) {
 			resp.Body.Close()
 		}
 	}()
-	waitFor(t, func() bool { _, w := s.queue.depth(); return w == 1 })
+	waitFor(t, func() bool { _, w, _ := s.queue.depth(); return w == 1 })
 	time.Sleep(100 * time.Millisecond)
 	cancel()
 	<-left

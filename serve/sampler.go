@@ -6,20 +6,21 @@ import (
 	"fmt"
 
 	"dllm/diffusion"
-	"dllm/model"
 )
 
-// newEngine wraps the block-diffusion sampler.
-func newEngine(m *model.Model, s *diffusion.Settings) samplerEngine {
-	return samplerEngine{diffusion.NewSampler(m, s)}
+// generator is a diffusion engine: the single-stream Sampler or the
+// Batcher.
+type generator interface {
+	Generate(ctx context.Context, prompt []int64, o diffusion.Options, onBlock diffusion.BlockFunc) (*diffusion.Result, error)
+	Defaults() diffusion.Options
 }
 
-// samplerEngine marks the sampler's request errors for the server, which
-// answers them with 400.
-type samplerEngine struct{ s *diffusion.Sampler }
+// samplerEngine marks a diffusion engine's request errors for the server,
+// which answers them with 400.
+type samplerEngine struct{ g generator }
 
 func (e samplerEngine) Generate(ctx context.Context, prompt []int64, o diffusion.Options, onBlock diffusion.BlockFunc) (*diffusion.Result, error) {
-	res, err := e.s.Generate(ctx, prompt, o, onBlock)
+	res, err := e.g.Generate(ctx, prompt, o, onBlock)
 	switch {
 	case errors.Is(err, diffusion.ErrContextTooLong):
 		err = fmt.Errorf("%w: %w", errContextTooLong, err)

@@ -134,7 +134,10 @@ func New(cfg Config) *Server {
 }
 
 // SetModel makes the server ready.
-func (s *Server) SetModel(m *Model) { s.model.Store(m) }
+func (s *Server) SetModel(m *Model) {
+	s.queue.setSlots(m.MaxNumSeqs)
+	s.model.Store(m)
+}
 
 // Ready reports whether a model is loaded.
 func (s *Server) Ready() bool { return s.model.Load() != nil }
@@ -211,8 +214,8 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "loading"})
 		return
 	}
-	running, waiting := s.queue.depth()
-	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "running": running, "waiting": waiting})
+	running, waiting, slots := s.queue.depth()
+	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "running": running, "waiting": waiting, "max_num_seqs": slots})
 }
 
 // modelCard is one entry of /v1/models.
@@ -222,10 +225,13 @@ type modelCard struct {
 	Created     int64  `json:"created"`
 	OwnedBy     string `json:"owned_by"`
 	MaxModelLen int    `json:"max_model_len"`
+	// MaxNumSeqs is how many requests the server generates for at once
+	// (--max-num-seqs): the concurrency a client needs to fill it.
+	MaxNumSeqs int `json:"max_num_seqs"`
 }
 
 func (s *Server) card(m *Model) modelCard {
-	return modelCard{ID: s.cfg.ModelName, Object: "model", Created: s.created, OwnedBy: "dllm", MaxModelLen: m.ContextLength}
+	return modelCard{ID: s.cfg.ModelName, Object: "model", Created: s.created, OwnedBy: "dllm", MaxModelLen: m.ContextLength, MaxNumSeqs: max(m.MaxNumSeqs, 1)}
 }
 
 func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {

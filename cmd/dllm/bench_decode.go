@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/urfave/cli/v3"
@@ -41,6 +42,12 @@ on the next block's first forward), committed tokens/s, TPF, and the
 bandwidth floor: the weights read
 once plus the KV cache at C, at --bandwidth-gbs.
 
+--batch B1,B2,... runs each point as B sequences decoding together
+(diffusion.Batcher, as dllm serve --max-num-seqs runs them), each with its
+own random prompt of C tokens: tokens/s is then all streams together,
+stream_tok/s one stream's share, step_ms the time of one batched forward as
+a stream sees it, and the floor reads B KV caches.
+
 With --server: times streamed chat completions against an OpenAI-compatible
 server (dllm serve or any other): time to first token and tokens/s.
 See docs/performance.md.`,
@@ -53,6 +60,7 @@ See docs/performance.md.`,
 			&cli.IntFlag{Name: "block", Value: 32, Usage: "block size of the diffusion points"},
 			&cli.StringFlag{Name: "commit", Value: "1,2,4,8", Usage: "comma-separated tokens committed per denoising forward; with --ar, only when given"},
 			&cli.BoolFlag{Name: "ar", Usage: "measure AR decoding (block 1, one token per forward)"},
+			&cli.StringFlag{Name: "batch", Usage: "comma-separated batch sizes: run each point as that many sequences decoding together (continuous batching; default: one sequence on the single-stream decoder)"},
 			&cli.StringFlag{Name: "engine", Value: "fast", Usage: "fast (the decoder: whole forward in C++, FlashAttention and CUDA graphs on a GPU) or eager (one shim call per sublayer), to compare"},
 			&cli.IntFlag{Name: "tokens", Value: 512, Usage: "timed tokens per point (whole blocks)"},
 			&cli.IntFlag{Name: "warmup", Value: 96, Usage: "untimed tokens before the timed ones at each point (at least one block; the default's three blocks see every kind of forward twice, so its CUDA graphs are captured before the timing)"},
@@ -102,21 +110,26 @@ func (m decodeMode) String() string {
 
 // decodePoint is one measured (mode, context) pair.
 type decodePoint struct {
-	Device   string `json:"device"`
-	DType    string `json:"dtype"`
-	Mode     string `json:"mode"`   // "ar" or "commitK"
-	Engine   string `json:"engine"` // "fast" (the Decoder) or "eager"
-	Block    int    `json:"block"`
-	Commit   int    `json:"commit"` // tokens per denoising forward (1 for AR)
-	Context  int    `json:"context"`
-	Tokens   int    `json:"tokens"`   // committed in the timed blocks
-	Forwards int    `json:"forwards"` // in the timed blocks, commit forwards included (AR: one per token)
+	Device string `json:"device"`
+	DType  string `json:"dtype"`
+	Mode   string `json:"mode"`   // "ar" or "commitK"
+	Engine string `json:"engine"` // "fast" (the Decoder) or "eager"
+	Block  int    `json:"block"`
+	// Batch is the sequences decoding together (0: the single-stream
+	// decoder, not the batcher).
+	Batch    int `json:"batch"`
+	Commit   int `json:"commit"` // tokens per denoising forward (1 for AR)
+	Context  int `json:"context"`
+	Tokens   int `json:"tokens"`   // committed in the timed blocks
+	Forwards int `json:"forwards"` // in the timed blocks, commit forwards included (AR: one per token)
 	// StepMedianMS and StepP90MS are over the timed blocks of each block's
 	// wall time divided by its forwards.
 	StepMedianMS float64 `json:"step_median_ms"`
 	StepP90MS    float64 `json:"step_p90_ms"`
-	TokPerSec    float64 `json:"tokens_per_s"` // Tokens / their wall time
-	TPF          float64 `json:"tpf"`          // Tokens / Forwards
+	TokPerSec    float64 `json:"tokens_per_s"` // Tokens / their wall time (all streams)
+	// StreamTokPerSec is one stream's share of TokPerSec.
+	StreamTokPerSec float64 `json:"stream_tokens_per_s"`
+	TPF             float64 `json:"tpf"` // Tokens / Forwards
 	// HostMS is the host time inside the decoder's forwards, per forward
 	// (0 on the eager engine): on a GPU the time to enqueue one. Close to
 	// StepMedianMS means the CPU sets the pace, not the GPU.
@@ -138,6 +151,12 @@ func benchDecodeLocal(ctx context.Context, c *cli.Command) error {
 	modes, err := decodeModes(c)
 	if err != nil {
 		return err
+	}
+	batches := []int{0}
+	if c.IsSet("batch") {
+		if batches, err = parseInts(c.String("batch")); err != nil {
+			return fmt.Errorf("--batch: %w", err)
+		}
 	}
 	tokens, warmup, bw := c.Int("tokens"), c.Int("warmup"), c.Float("bandwidth-gbs")
 	switch {
@@ -171,8 +190,8 @@ func benchDecodeLocal(ctx context.Context, c *cli.Command) error {
 	if !c.Bool("json") {
 		fmt.Fprintf(w, "# %d layers, hidden %d, vocab %d, %s on %s: %.4g GB of weights read per forward, KV %.4g kB/token; floor at %.0f GB/s\n",
 			cfg.NumHiddenLayers, cfg.HiddenSize, cfg.VocabSize, dt, dev, float64(weightBytes)/1e9, float64(kvPerToken)/1e3, bw)
-		fmt.Fprintf(w, "%-8s %5s %8s %6s %6s %8s %8s %8s %8s %9s %10s %7s\n",
-			"mode", "block", "context", "tokens", "fwds", "TPF", "step_ms", "p90_ms", "host_ms", "tokens/s", "floor_ms", "x_floor")
+		fmt.Fprintf(w, "%-8s %5s %5s %8s %6s %6s %8s %8s %8s %8s %9s %9s %10s %7s\n",
+			"mode", "batch", "block", "context", "tokens", "fwds", "TPF", "step_ms", "p90_ms", "host_ms", "tokens/s", "stream/s", "floor_ms", "x_floor")
 	}
 	// 2. One short generation first: the first in a process runs 3-4x
 	// slower per step on a GPU (docs/performance.md), which would land on
@@ -184,25 +203,41 @@ func benchDecodeLocal(ctx context.Context, c *cli.Command) error {
 	// 3. The points, each printed as soon as it is measured so that a run
 	// cut short keeps what it finished.
 	for _, C := range ctxs {
-		prompt := randomPrompt(rng, C, cfg.VocabSize, settings)
+		var prompts [][]int64 // one per stream
+		for range max(slices.Max(batches), 1) {
+			prompts = append(prompts, randomPrompt(rng, C, cfg.VocabSize, settings))
+		}
 		for _, md := range modes {
-			pl := decodePlan(md, tokens, warmup)
-			r, err := runDecodePoint(ctx, m, settings, md, prompt, pl.warmBlocks, pl.timedBlocks)
-			if err != nil {
-				return fmt.Errorf("%s at context %d: %w", md, C, err)
-			}
-			p := r.point(dev, dt, md, C)
-			p.BandwidthGBs = bw
-			p.FloorMS = float64(weightBytes+int64(C)*kvPerToken) / (bw * 1e9) * 1e3
-			p.VsFloor = p.StepMedianMS / p.FloorMS
-			if c.Bool("json") {
-				if err := json.NewEncoder(w).Encode(p); err != nil {
-					return err
+			for _, B := range batches {
+				pl := decodePlan(md, tokens, warmup)
+				var r *decodeRun
+				if B == 0 {
+					r, err = runDecodePoint(ctx, m, settings, md, prompts[0], pl.warmBlocks, pl.timedBlocks)
+				} else {
+					r, err = runDecodeBatch(ctx, m, settings, md, prompts[:B], pl.warmBlocks, pl.timedBlocks)
 				}
-				continue
+				if err != nil {
+					return fmt.Errorf("%s at context %d, batch %d: %w", md, C, B, err)
+				}
+				p := r.point(dev, dt, md, C)
+				p.Batch, p.BandwidthGBs = B, bw
+				p.FloorMS = float64(weightBytes+int64(max(B, 1))*int64(C)*kvPerToken) / (bw * 1e9) * 1e3
+				p.VsFloor = p.StepMedianMS / p.FloorMS
+				if B > 0 {
+					p.Engine, p.StreamTokPerSec = "batch", p.TokPerSec/float64(B)
+				} else {
+					p.StreamTokPerSec = p.TokPerSec
+				}
+				if c.Bool("json") {
+					if err := json.NewEncoder(w).Encode(p); err != nil {
+						return err
+					}
+					continue
+				}
+				fmt.Fprintf(w, "%-8s %5d %5d %8d %6d %6d %8.2f %8.2f %8.2f %8.2f %9.1f %9.1f %10.4g %7.1f\n",
+					p.Mode, max(B, 1), p.Block, p.Context, p.Tokens, p.Forwards, p.TPF, p.StepMedianMS, p.StepP90MS, p.HostMS, p.TokPerSec,
+					p.StreamTokPerSec, p.FloorMS, p.VsFloor)
 			}
-			fmt.Fprintf(w, "%-8s %5d %8d %6d %6d %8.2f %8.2f %8.2f %8.2f %9.1f %10.4g %7.1f\n",
-				p.Mode, p.Block, p.Context, p.Tokens, p.Forwards, p.TPF, p.StepMedianMS, p.StepP90MS, p.HostMS, p.TokPerSec, p.FloorMS, p.VsFloor)
 		}
 	}
 	return nil
@@ -358,33 +393,148 @@ func runDecodePoint(ctx context.Context, m *model.Model, st *diffusion.Settings,
 	if err := s.Reserve(o.ContextLimit, md.block); err != nil {
 		return nil, err
 	}
-	r := &decodeRun{}
-	var last time.Time
-	var lastHost time.Duration
-	block := 0
-	res, err := s.Generate(ctx, prompt, o, func(b diffusion.Block) (bool, error) {
-		now, host := time.Now(), s.HostTime()
-		if block >= warm {
-			dt := now.Sub(last)
-			r.wall += dt
-			r.host += host - lastHost
-			r.tokens += len(b.IDs)
-			r.forwards += b.Steps
-			r.stepMS = append(r.stepMS, float64(dt)/float64(time.Millisecond)/float64(max(b.Steps, 1)))
-		}
-		last, lastHost = now, host
-		block++
-		return false, nil
-	})
+	k := &blockClock{warm: warm, host: s.HostTime, last: time.Now()}
+	res, err := s.Generate(ctx, prompt, o, k.onBlock)
 	if err != nil {
 		return nil, err
 	}
-	if block != warm+timed || r.tokens != timed*md.block {
-		// Only a stop token could end it early, and none is set.
-		return nil, fmt.Errorf("generated %d blocks (%d timed tokens), expected %d (%d): finish %s",
-			block, r.tokens, warm+timed, timed*md.block, res.FinishReason)
+	if err := k.check(md, warm, timed, res); err != nil {
+		return nil, err
 	}
-	r.prefill = res.Prefill
+	k.run.prefill = res.Prefill
+	return &k.run, nil
+}
+
+// blockClock times a generation's blocks after its first warm ones (its
+// onBlock). A block's time runs from the previous block's callback to its
+// own: the forward that committed the previous block and its own
+// denoising forwards, which is what Block.Steps counts. Every denoising
+// step copies its picks to the host, so on a GPU the callback comes after
+// the work has finished.
+type blockClock struct {
+	warm     int
+	host     func() time.Duration // host time in the forwards so far; nil: none
+	atWarm   func()               // called once the warm blocks are done; nil: none
+	run      decodeRun
+	last     time.Time
+	lastHost time.Duration
+	block    int
+}
+
+func (k *blockClock) onBlock(b diffusion.Block) (bool, error) {
+	if k.block == k.warm-1 && k.atWarm != nil {
+		k.atWarm()
+	}
+	now := time.Now()
+	var host time.Duration
+	if k.host != nil {
+		host = k.host()
+	}
+	if k.block >= k.warm {
+		dt := now.Sub(k.last)
+		k.run.wall += dt
+		k.run.host += host - k.lastHost
+		k.run.tokens += len(b.IDs)
+		k.run.forwards += b.Steps
+		k.run.stepMS = append(k.run.stepMS, float64(dt)/float64(time.Millisecond)/float64(max(b.Steps, 1)))
+	}
+	k.last, k.lastHost = now, host
+	k.block++
+	return false, nil
+}
+
+// check fails a generation that did not run warm+timed whole blocks.
+func (k *blockClock) check(md decodeMode, warm, timed int, res *diffusion.Result) error {
+	if k.block != warm+timed || k.run.tokens != timed*md.block {
+		// Only a stop token could end it early, and none is set.
+		return fmt.Errorf("generated %d blocks (%d timed tokens), expected %d (%d): finish %s",
+			k.block, k.run.tokens, warm+timed, timed*md.block, res.FinishReason)
+	}
+	return nil
+}
+
+// runDecodeBatch is runDecodePoint for len(prompts) sequences decoding
+// together through a Batcher. The timed blocks start together: each
+// sequence, its warm blocks done, waits for the others, so that no timed
+// step also carries another's prefill. Tokens/s is every stream's timed
+// tokens over the time from that start to the last one's end.
+func runDecodeBatch(ctx context.Context, m *model.Model, st *diffusion.Settings, md decodeMode, prompts [][]int64, warm, timed int) (*decodeRun, error) {
+	n := (warm + timed) * md.block
+	o := diffusion.Options{BlockSize: md.block, FixedCommit: md.commit, MaxNewTokens: n, ContextLimit: len(prompts[0]) + n, TopP: 1}
+	if md.ar {
+		st = diffusion.ARSettings()
+		o.FixedCommit, o.Threshold = 0, 1
+	}
+	if md.eager {
+		return nil, fmt.Errorf("--batch runs on the decoder, not --engine eager")
+	}
+	b, err := diffusion.NewBatcher(m, st, diffusion.BatchConfig{Seqs: len(prompts), Context: o.ContextLimit})
+	if err != nil {
+		return nil, err
+	}
+	defer b.Close()
+	// A sequence that fails cancels the others, which may be waiting for
+	// it at the start line.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		mu      sync.Mutex
+		arrived int
+		start   time.Time
+		go1     = make(chan struct{})
+	)
+	atWarm := func() {
+		mu.Lock()
+		arrived++
+		if arrived == len(prompts) {
+			start = time.Now()
+			close(go1)
+		}
+		mu.Unlock()
+		select {
+		case <-go1:
+		case <-ctx.Done():
+		}
+	}
+	clocks := make([]*blockClock, len(prompts))
+	results := make([]*diffusion.Result, len(prompts))
+	errs := make([]error, len(prompts))
+	var wg sync.WaitGroup
+	for i, p := range prompts {
+		clocks[i] = &blockClock{warm: warm, atWarm: atWarm}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if results[i], errs[i] = b.Generate(ctx, p, o, clocks[i].onBlock); errs[i] != nil {
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		// The first error that is not the cancel it caused.
+		if err != nil && !errors.Is(err, context.Canceled) {
+			return nil, err
+		}
+	}
+	r := &decodeRun{}
+	var end time.Time
+	for i, k := range clocks {
+		if errs[i] != nil {
+			return nil, errs[i]
+		}
+		if err := k.check(md, warm, timed, results[i]); err != nil {
+			return nil, err
+		}
+		r.stepMS = append(r.stepMS, k.run.stepMS...)
+		r.tokens += k.run.tokens
+		r.forwards += k.run.forwards
+		r.prefill = max(r.prefill, results[i].Prefill)
+		if k.last.After(end) {
+			end = k.last
+		}
+	}
+	r.wall = end.Sub(start)
 	return r, nil
 }
 
@@ -463,12 +613,12 @@ func benchDecodeServer(ctx context.Context, c *cli.Command) error {
 		// vLLM and others refuse a request for a model they do not serve;
 		// dllm serves whatever it is asked for, and a server that lists
 		// none is asked without a name.
-		ids, err := api.Models(ctx)
+		models, err := api.Models(ctx)
 		if openai.Unreachable(err) {
 			return err
 		}
-		if len(ids) > 0 {
-			name = ids[0]
+		if len(models) > 0 {
+			name = models[0].ID
 		}
 	}
 	temp := c.Float("temperature")

@@ -96,6 +96,39 @@ func TestBenchDecodeCommand(t *testing.T) {
 	}
 }
 
+// --batch runs every point as that many sequences decoding together: each
+// stream commits the tokens and spends the forwards it does alone, and
+// the floor reads one KV cache per stream.
+func TestBenchDecodeBatch(t *testing.T) {
+	if err := torch.Load(); err != nil {
+		t.Fatal(err)
+	}
+	torch.SetNumThreads(1)
+	const block, tokens = 8, 16
+	points := benchDecodeLines[decodePoint](t, "--config", tinyModel, "--device", "cpu", "--dtype", "f32", "--ctx", "32",
+		"--commit", "4", "--ar", "--block", fmt.Sprint(block), "--tokens", fmt.Sprint(tokens), "--warmup", "8", "--batch", "1,3")
+	want := []struct {
+		mode            string
+		batch, forwards int // per stream
+	}{{"commit4", 1, 2 * 2}, {"commit4", 3, 2 * 2}, {"ar", 1, tokens}, {"ar", 3, tokens}}
+	if len(points) != len(want) {
+		t.Fatalf("%d points, want %d: %+v", len(points), len(want), points)
+	}
+	const weightBytes, kvPerToken = (195008 - 512*64) * 4, 2 * 3 * 2 * 16 * 4
+	for i, w := range want {
+		p := points[i]
+		if p.Mode != w.mode || p.Batch != w.batch || p.Engine != "batch" || p.Tokens != w.batch*tokens || p.Forwards != w.batch*w.forwards {
+			t.Errorf("point %d: got %+v, want %s x%d, %d forwards a stream", i, p, w.mode, w.batch, w.forwards)
+		}
+		if !(p.TokPerSec > 0) || math.Abs(p.StreamTokPerSec*float64(w.batch)-p.TokPerSec) > 1e-6*p.TokPerSec {
+			t.Errorf("point %d: %v tokens/s, %v a stream", i, p.TokPerSec, p.StreamTokPerSec)
+		}
+		if floor := float64(weightBytes+w.batch*32*kvPerToken) / (4300 * 1e9) * 1e3; math.Abs(p.FloorMS-floor) > 1e-12 {
+			t.Errorf("point %d: floor %v ms, want %v", i, p.FloorMS, floor)
+		}
+	}
+}
+
 func TestBenchDecodeBadArguments(t *testing.T) {
 	base := []string{"bench", "decode", "--device", "cpu", "--dtype", "f32"}
 	cases := []struct {
@@ -108,6 +141,7 @@ func TestBenchDecodeBadArguments(t *testing.T) {
 		{"commit above block", []string{"--config", tinyModel, "--block", "4", "--commit", "8"}, "more than the block"},
 		{"bad commit", []string{"--config", tinyModel, "--commit", "1,x"}, "--commit"},
 		{"bad context", []string{"--config", tinyModel, "--ctx", "0"}, "--ctx"},
+		{"bad batch", []string{"--config", tinyModel, "--batch", "4,0"}, "--batch"},
 		{"context past the model", []string{"--config", tinyModel, "--ctx", "4k"}, "max_position_embeddings"},
 		{"no tokens", []string{"--config", tinyModel, "--tokens", "0"}, "--tokens"},
 		{"bandwidth", []string{"--config", tinyModel, "--bandwidth-gbs", "0"}, "--bandwidth-gbs"},

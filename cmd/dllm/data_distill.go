@@ -55,7 +55,7 @@ refused. See docs/recipe.md.`,
 			&cli.StringFlag{Name: "out", Usage: "output `FILE.jsonl` (default: the prompts file's name + .distilled.jsonl; required with a glob)"},
 			&cli.StringFlag{Name: "model", Usage: "the request's model (default: the server's first in /v1/models)"},
 			&cli.StringFlag{Name: "prompt-field", Usage: "JSON key or column of the prompt (default: messages, conversations or prompt)"},
-			&cli.IntFlag{Name: "concurrency", Value: 8, Usage: "requests in flight"},
+			&cli.IntFlag{Name: "concurrency", Value: 8, Usage: "requests in flight; not given, the teacher's max_num_seqs when it reports more (dllm serve --max-num-seqs)"},
 			&cli.IntFlag{Name: "max-tokens", Value: 8192, Usage: "cap on each answer, reasoning included"},
 			&cli.FloatFlag{Name: "temperature", Value: 0.6, Usage: "sampling temperature"},
 			&cli.FloatFlag{Name: "top-p", Value: 0.95, Usage: "nucleus sampling (0: not sent)"},
@@ -103,7 +103,10 @@ func runDataDistill(ctx context.Context, c *cli.Command) error {
 	if o.MaxRetries == 0 {
 		o.MaxRetries = -1
 	}
-	if o.Concurrency < 1 || o.MaxTokens < 1 || o.N < 1 {
+	if !c.IsSet("concurrency") {
+		o.Concurrency = 0 // the library's default: fill the teacher
+	}
+	if (c.IsSet("concurrency") && o.Concurrency < 1) || o.MaxTokens < 1 || o.N < 1 {
 		return fmt.Errorf("data distill: --concurrency, --max-tokens and --n must be at least 1")
 	}
 	if s := c.String("extra"); s != "" {

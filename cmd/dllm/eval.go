@@ -57,7 +57,7 @@ Works against any OpenAI-compatible server (dllm serve, vLLM, SGLang).
 			&cli.StringFlag{Name: "suite", Usage: "published benchmarks instead of --tasks, comma-separated: math-500, gpqa-diamond, mmlu-pro, lcb-v6 (docs/eval.md)"},
 			&cli.IntFlag{Name: "samples", Value: 1, Usage: "answers per question: the score is pass@1 averaged over them (give --temperature > 0)"},
 			&cli.StringFlag{Name: "data", Value: "benchmarks", Usage: "`DIR` holding the suites' official files as docs/eval.md downloads them"},
-			&cli.IntFlag{Name: "concurrency", Value: 4, Usage: "requests in flight"},
+			&cli.IntFlag{Name: "concurrency", Value: 4, Usage: "requests in flight; not given, the server's max_num_seqs when it reports more (dllm serve --max-num-seqs)"},
 			&cli.IntFlag{Name: "max-tokens", Value: 1024, Usage: "cap on each reply, reasoning included (0: the server's default; 32768 with --suite unless given)"},
 			&cli.FloatFlag{Name: "temperature", Value: 0, Usage: "sampling temperature; 0 is greedy"},
 			&cli.FloatFlag{Name: "top-p", Usage: "nucleus sampling's top_p, sent when given"},
@@ -228,7 +228,10 @@ func runEval(ctx context.Context, c *cli.Command) error {
 	}
 	o.Model = c.String("model")
 	if o.Model == "" && len(models) > 0 {
-		o.Model = models[0]
+		o.Model = models[0].ID
+	}
+	if !c.IsSet("concurrency") {
+		o.Concurrency = openai.FillConcurrency(models, o.Concurrency)
 	}
 	o.Client = cl
 	log := c.Root().ErrWriter

@@ -37,7 +37,10 @@ See docs/serve.md.`,
 			&cli.IntFlag{Name: "port", Value: 8000, Usage: "port to listen on (0 picks a free one)"},
 			&cli.StringFlag{Name: "device", Value: "auto", Usage: "auto (the GPU if there is one), cpu, cuda or cuda:N"},
 			&cli.StringFlag{Name: "dtype", Value: "auto", Usage: "weight and compute dtype: bf16, f16 or f32; auto is bf16 on a GPU, f32 on the CPU"},
-			&cli.IntFlag{Name: "max-queue", Value: 16, Usage: "requests that may wait behind the running one; more get 503"},
+			&cli.IntFlag{Name: "max-queue", Value: 16, Usage: "requests that may wait behind the running ones; more get 503"},
+			&cli.IntFlag{Name: "max-num-seqs", Value: 1, Usage: "requests generated at once; above 1 they denoise together in one batch (continuous batching), each in a KV cache slot of the whole context"},
+			&cli.FloatFlag{Name: "kv-cache-gb", Usage: "cap on the batch's KV cache in GiB: fewer than --max-num-seqs run at once when their slots need more (default: room for --max-num-seqs)"},
+			&cli.IntFlag{Name: "max-num-batched-tokens", Value: 8192, Usage: "most tokens in one batched forward: blocks, and prompts in chunks of 512"},
 			&cli.DurationFlag{Name: "request-timeout", Value: 10 * time.Minute, Usage: "limit on one request, queueing included (0: none)"},
 			&cli.DurationFlag{Name: "shutdown-grace", Value: serve.DefaultShutdownGrace, Usage: "on SIGINT/SIGTERM, how long requests in flight may run on before they are cancelled"},
 			&cli.StringFlag{Name: "served-model-name", Usage: "model id in the API (default: the directory's name)"},
@@ -86,6 +89,9 @@ func runServe(ctx context.Context, c *cli.Command) error {
 	}
 	if c.Int("max-queue") < 0 {
 		return fmt.Errorf("--max-queue must be at least 0")
+	}
+	if c.Int("max-num-seqs") < 1 || c.Int("max-num-batched-tokens") < 1 || c.Float("kv-cache-gb") < 0 {
+		return fmt.Errorf("--max-num-seqs and --max-num-batched-tokens must be at least 1, --kv-cache-gb at least 0")
 	}
 	if c.Int("max-messages") < 1 || c.Int("max-request-bytes") < 1024 || c.Int("max-connections") < 1 {
 		return fmt.Errorf("--max-messages and --max-connections must be at least 1, --max-request-bytes at least 1024")
@@ -149,7 +155,8 @@ func runServe(ctx context.Context, c *cli.Command) error {
 		log.Info("dllm.json records no weights_sha256 (converted with --hash fast, or by an older dllm): the weights are checked for NaN/Inf only")
 	}
 	opts := serve.LoadOptions{Device: dev, DType: dt, MaxModelLen: c.Int("max-model-len"), Warmup: !c.Bool("no-warmup"), Verify: c.Bool("verify"),
-		NoNormFold: c.Bool("no-norm-fold"), NoPersistentKernel: c.Bool("no-persistent-kernel")}
+		NoNormFold: c.Bool("no-norm-fold"), NoPersistentKernel: c.Bool("no-persistent-kernel"),
+		MaxNumSeqs: c.Int("max-num-seqs"), KVCacheGB: c.Float("kv-cache-gb"), MaxNumBatchedTokens: c.Int("max-num-batched-tokens")}
 	return serve.Run(ctx, ln, cfg, func(ctx context.Context) (*serve.Model, error) {
 		return checked.Load(ctx, opts)
 	})

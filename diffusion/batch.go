@@ -1,0 +1,318 @@
+package diffusion
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"dllm/model"
+	"dllm/torch"
+)
+
+// Batcher generates for many callers at once over one model (continuous
+// batching, docs/design.md): each Generate is a sequence in one slot of a
+// model.BatchDecoder's KV cache, and each step is one forward of every
+// sequence waiting for one, each at its own block, context length and
+// options. A sequence joins at the step after it gets a slot (its prompt
+// in chunks of PrefillChunk, beside the others' blocks) and leaves the
+// moment it finishes. A sequence's tokens are those it gets from a
+// Sampler alone (greedy, or with the same seed), up to floating point.
+// Safe for concurrent use.
+type Batcher struct {
+	model    *model.Model
+	settings *Settings
+	dec      *model.BatchDecoder
+	cfg      BatchConfig
+
+	slots  chan int        // free slots
+	events chan batchEvent // to the loop, which owns the step's state
+	quit   chan struct{}
+	done   chan struct{} // closed when the loop has returned
+	once   sync.Once
+
+	steps, seqForwards atomic.Int64 // BatchStats
+}
+
+// BatchStats count a Batcher's work so far.
+type BatchStats struct {
+	// Steps is the batched forwards run; SeqForwards the sequences' forwards
+	// they held, so SeqForwards/Steps is the mean batch size.
+	Steps, SeqForwards int64
+}
+
+// Stats returns the counts so far.
+func (b *Batcher) Stats() BatchStats {
+	return BatchStats{Steps: b.steps.Load(), SeqForwards: b.seqForwards.Load()}
+}
+
+// BatchConfig sizes a Batcher.
+type BatchConfig struct {
+	// Seqs is how many sequences run at once (slots of the KV cache).
+	Seqs int
+	// Context is the positions of each slot: prompt plus generated tokens
+	// of one sequence.
+	Context int
+	// StepTokens caps the tokens of one step's forward (vLLM's
+	// max_num_batched_tokens); a step always runs at least one sequence's
+	// request. 0 = 8192.
+	StepTokens int
+	// PrefillChunk is the prompt tokens a sequence sends in one step.
+	// 0 = 512.
+	PrefillChunk int
+}
+
+// batchEvent is what the loop hears from the sequences: one joins, one
+// leaves, or one asks for a forward.
+type batchEvent struct {
+	join, leave bool
+	req         *batchReq
+}
+
+// batchReq is one sequence's forward: its tokens at its slot's positions,
+// answered on out.
+type batchReq struct {
+	seq torch.BatchSeq
+	out chan batchOut
+}
+
+type batchOut struct {
+	logits *torch.Tensor // (Rows, V), or nil for none
+	err    error
+}
+
+// NewBatcher makes the KV cache for c.Seqs sequences of c.Context
+// positions and starts the loop that runs their steps; Close stops it.
+func NewBatcher(m *model.Model, s *Settings, c BatchConfig) (*Batcher, error) {
+	if c.Seqs < 1 || c.Context < 2 {
+		return nil, fmt.Errorf("diffusion: a batch of %d sequences of %d positions", c.Seqs, c.Context)
+	}
+	if c.StepTokens == 0 {
+		c.StepTokens = 8192
+	}
+	if c.PrefillChunk == 0 {
+		c.PrefillChunk = 512
+	}
+	if c.StepTokens < 1 || c.PrefillChunk < 1 {
+		return nil, fmt.Errorf("diffusion: step tokens %d and prefill chunk %d must be positive", c.StepTokens, c.PrefillChunk)
+	}
+	var dec *model.BatchDecoder
+	var err error
+	torch.NoGrad(func() { dec, err = m.NewBatchDecoder(c.Context, c.Seqs) })
+	if err != nil {
+		return nil, err
+	}
+	b := &Batcher{
+		model: m, settings: s, dec: dec, cfg: c,
+		slots:  make(chan int, c.Seqs),
+		events: make(chan batchEvent),
+		quit:   make(chan struct{}),
+		done:   make(chan struct{}),
+	}
+	for i := range c.Seqs {
+		b.slots <- i
+	}
+	go b.loop()
+	return b, nil
+}
+
+// Defaults are the options dllm.json asks for that a zero value cannot
+// express (Sampler.Defaults).
+func (b *Batcher) Defaults() Options {
+	return (&Sampler{settings: b.settings}).Defaults()
+}
+
+// errBatcherClosed answers the sequences of a closed Batcher.
+var errBatcherClosed = errors.New("diffusion: the batcher is closed")
+
+// Generate is Sampler.Generate as one sequence of the batch: it waits for
+// a free slot (or ctx), then generates beside the other sequences.
+func (b *Batcher) Generate(ctx context.Context, prompt []int64, o Options, onBlock BlockFunc) (res *Result, err error) {
+	start := time.Now()
+	p, err := (&Sampler{model: b.model, settings: b.settings}).resolve(prompt, o)
+	if err != nil {
+		return nil, err
+	}
+	if p.cacheLen > b.cfg.Context {
+		return nil, fmt.Errorf("diffusion: %w: %d prompt tokens and %d to generate need %d positions; a sequence has %d",
+			ErrContextTooLong, len(prompt), p.maxNew, p.cacheLen, b.cfg.Context)
+	}
+	p.chunk = b.cfg.PrefillChunk
+	var slot int
+	select {
+	case slot = <-b.slots:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-b.quit:
+		return nil, errBatcherClosed
+	}
+	eng := &batchEngine{b: b, slot: slot, limit: int64(p.cacheLen)}
+	if !b.send(batchEvent{join: true}) {
+		b.slots <- slot
+		return nil, errBatcherClosed
+	}
+	torch.NoGrad(func() {
+		defer torch.Recover(&err)
+		var g *generation
+		if g, err = newGeneration(b.model, eng, p); err != nil {
+			return
+		}
+		defer g.free()
+		res, err = g.run(ctx, prompt, onBlock, start)
+	})
+	return res, err
+}
+
+// send hands e to the loop; false once the batcher is closed.
+func (b *Batcher) send(e batchEvent) bool {
+	select {
+	case b.events <- e:
+		return true
+	case <-b.quit:
+		return false
+	}
+}
+
+// Close stops the loop, fails the sequences still running and frees the
+// KV cache.
+func (b *Batcher) Close() {
+	b.once.Do(func() {
+		close(b.quit)
+		<-b.done
+		b.dec.Free()
+	})
+}
+
+// loop runs the steps. A step runs once every sequence in the batch waits
+// for a forward: between two forwards a sequence only reads its picks and
+// updates its canvas, so the wait is short. A sequence that takes longer
+// (its caller's onBlock writing to a slow client) is not waited for past
+// maxGather: the others step without it.
+func (b *Batcher) loop() {
+	defer close(b.done)
+	torch.NoGrad(func() {
+		active := 0
+		var waiting []*batchReq
+		timer := time.NewTimer(time.Hour)
+		timer.Stop()
+		var gathering bool
+		for {
+			// 1. Hear from the sequences until every one in the batch waits
+			//    (or the oldest request has waited maxGather).
+			ready := len(waiting) > 0 && len(waiting) >= active
+			if !ready {
+				if len(waiting) > 0 && !gathering {
+					timer.Reset(maxGather)
+					gathering = true
+				}
+				select {
+				case e := <-b.events:
+					switch {
+					case e.join:
+						active++
+					case e.leave:
+						active--
+					default:
+						waiting = append(waiting, e.req)
+					}
+					continue
+				case <-timer.C:
+					gathering = false
+				case <-b.quit:
+					for _, r := range waiting {
+						r.out <- batchOut{err: errBatcherClosed}
+					}
+					return
+				}
+			}
+			if gathering {
+				timer.Stop()
+				gathering = false
+			}
+			// 2. One forward of the waiting requests, first come first
+			//    served, within the step's token budget.
+			n, tokens := 0, 0
+			for n < len(waiting) && (n == 0 || tokens+len(waiting[n].seq.IDs) <= b.cfg.StepTokens) {
+				tokens += len(waiting[n].seq.IDs)
+				n++
+			}
+			step := waiting[:n]
+			b.step(step)
+			waiting = append(waiting[:0:0], waiting[n:]...)
+		}
+	})
+}
+
+// maxGather is how long a step waits for a sequence that is not yet
+// waiting for it, once another is.
+const maxGather = 20 * time.Millisecond
+
+// step runs one forward of reqs and hands each its logit rows.
+func (b *Batcher) step(reqs []*batchReq) {
+	seqs := make([]torch.BatchSeq, len(reqs))
+	for i, r := range reqs {
+		seqs[i] = r.seq
+	}
+	b.steps.Add(1)
+	b.seqForwards.Add(int64(len(reqs)))
+	logits, err := b.dec.Forward(seqs) // (sum of Rows, V)
+	if err != nil {
+		for _, r := range reqs {
+			r.out <- batchOut{err: err}
+		}
+		return
+	}
+	off := int64(0)
+	for _, r := range reqs {
+		var l *torch.Tensor
+		if rows := int64(r.seq.Rows); rows > 0 {
+			l = logits.Narrow(0, off, rows)
+			off += rows
+		}
+		r.out <- batchOut{logits: l}
+	}
+	logits.Free()
+}
+
+// batchEngine is one sequence's engine: its forwards go to the Batcher's
+// loop, its positions are its slot's.
+type batchEngine struct {
+	b          *Batcher
+	slot       int
+	len, limit int64 // positions committed, and the generation's
+}
+
+func (e *batchEngine) forward(ids []int64, causal, rows int) (*torch.Tensor, error) {
+	r := &batchReq{
+		seq: torch.BatchSeq{Slot: e.slot, IDs: ids, Pos: e.len, Causal: causal, Rows: rows},
+		out: make(chan batchOut, 1),
+	}
+	if !e.b.send(batchEvent{req: r}) {
+		return nil, errBatcherClosed
+	}
+	o := <-r.out
+	return o.logits, o.err
+}
+
+func (e *batchEngine) commit(n int64) error {
+	if n < 0 || e.len+n > e.limit {
+		return fmt.Errorf("diffusion: committing %d positions after %d of %d", n, e.len, e.limit)
+	}
+	e.len += n
+	return nil
+}
+
+// next queues nothing: a batched step waits for every sequence's picks.
+func (e *batchEngine) next(int, *torch.Tensor, int64, int, bool) (*torch.Tensor, bool, error) {
+	return nil, false, nil
+}
+
+func (e *batchEngine) room() int64 { return e.limit - e.len }
+
+// free leaves the batch and gives the slot back.
+func (e *batchEngine) free() {
+	e.b.send(batchEvent{leave: true})
+	e.b.slots <- e.slot
+}

@@ -1,0 +1,80 @@
+// End-to-end test of continuous batching through the official openai
+// client: the demo model (models/demo) served with --max-num-seqs N. The Go
+// test serve/e2e_test.go (TestE2EBatch) serves it and runs this file with
+// DLLM_BASE_URL (".../v1"), DLLM_MODEL and DLLM_MAX_NUM_SEQS set.
+//
+// Every request, run beside others, must get the reply it gets alone
+// (greedy): the same reasoning, content, finish reason and token count,
+// streamed or not.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import OpenAI from 'openai';
+
+const baseURL = process.env.DLLM_BASE_URL;
+const model = process.env.DLLM_MODEL;
+const seqs = Number(process.env.DLLM_MAX_NUM_SEQS);
+if (!baseURL || !model || !seqs) {
+  throw new Error('set DLLM_BASE_URL, DLLM_MODEL and DLLM_MAX_NUM_SEQS (run through go test ./serve/ -run E2EBatch)');
+}
+const client = new OpenAI({ baseURL, apiKey: 'unused', maxRetries: 0, timeout: 120_000 });
+
+// Questions in the proxy's formats, of different lengths, so that the
+// sequences finish at different steps and others join mid-run.
+const questions = [
+  'What is 900+343?', 'What is 183*9?', 'Which is largest?\nA) 57\nB) 40\nC) 17\nD) 11',
+  'a=26\nb=a-4\nc=b+5\nd=c+5\nWhat is d?', 'What is 47+8?', 'a=84\nb=a+8\nWhat is b?',
+  'Which is smallest?\nA) 48\nB) 50\nC) 30\nD) 10', 'What is 237*9?',
+];
+
+const whole = (content, max_tokens) =>
+  client.chat.completions.create({ model, messages: [{ role: 'user', content }], max_tokens, temperature: 0 })
+    .then((r) => ({
+      content: r.choices[0].message.content, reasoning: r.choices[0].message.reasoning_content,
+      finish: r.choices[0].finish_reason, tokens: r.usage.completion_tokens,
+    }));
+
+const streamed = async (content, max_tokens) => {
+  const s = await client.chat.completions.create({
+    model, messages: [{ role: 'user', content }], max_tokens, temperature: 0, stream: true, stream_options: { include_usage: true },
+  });
+  const out = { content: '', reasoning: '', finish: null, tokens: 0 };
+  for await (const chunk of s) {
+    const c = chunk.choices[0];
+    out.content += c?.delta?.content ?? '';
+    out.reasoning += c?.delta?.reasoning_content ?? '';
+    out.finish = c?.finish_reason ?? out.finish;
+    if (chunk.usage) out.tokens = chunk.usage.completion_tokens;
+  }
+  return out;
+};
+
+const metric = async (name) => {
+  const text = await (await fetch(baseURL.replace(/\/v1$/, '') + '/metrics')).text();
+  const line = text.split('\n').find((l) => l.startsWith(name + ' '));
+  return line === undefined ? undefined : Number(line.split(' ')[1]);
+};
+
+test('the server says how many requests it runs at once', async () => {
+  const list = await client.models.list();
+  assert.equal(list.data[0].max_num_seqs, seqs);
+  assert.equal(await metric('dllm_max_num_seqs'), seqs);
+});
+
+test('requests run together get the replies they get alone', async () => {
+  // Limits of different lengths: some end by length, some by their answer.
+  const jobs = questions.flatMap((q, i) => [[q, 40 + 20 * i], [q, 200]]);
+  const alone = [];
+  for (const [q, max] of jobs) alone.push(await whole(q, max));
+  const stepsBefore = await metric('dllm_batch_steps_total');
+  const forwardsBefore = await metric('dllm_batch_sequence_forwards_total');
+  const together = await Promise.all(jobs.map(([q, max], i) => (i % 2 ? streamed(q, max) : whole(q, max))));
+  // A whole reply without reasoning has none; a stream's is empty.
+  const norm = (r) => ({ ...r, reasoning: r.reasoning || '' });
+  for (let i = 0; i < jobs.length; i++) {
+    assert.deepEqual(norm(together[i]), norm(alone[i]), `${JSON.stringify(jobs[i])} ${i % 2 ? 'streamed' : 'whole'}`);
+  }
+  // They did share forwards: more sequence forwards than batched steps.
+  const steps = (await metric('dllm_batch_steps_total')) - stepsBefore;
+  const forwards = (await metric('dllm_batch_sequence_forwards_total')) - forwardsBefore;
+  assert.ok(forwards > 1.5 * steps, `${forwards} sequence forwards in ${steps} steps`);
+});
