@@ -12,9 +12,9 @@ import (
 )
 
 // Every sequence of a batch writes what it writes alone, whatever runs
-// beside it: eight generations with their own block sizes, thresholds,
-// commit rules, verify, sampling, lengths and stop tokens, through three
-// slots (so some wait for one and join mid-run), against a Sampler each.
+// beside it: nine generations with their own block sizes, thresholds,
+// commit rules, verify, sampling, lengths and stop tokens, AR decoding
+// (blocks of 1), through three slots (so some wait for one and join mid-run), against a Sampler each.
 func TestBatcherMatchesSampler(t *testing.T) {
 	m := loadTiny(t)
 	chats := loadChats(t)
@@ -28,6 +28,7 @@ func TestBatcherMatchesSampler(t *testing.T) {
 		{Temperature: 1, TopP: 0.9, Seed: 5, Threshold: 0.9, MaxNewTokens: 9},
 		{ErrorBudget: 0.5, MinCommit: 2, MaxNewTokens: 20},
 		{Threshold: 1, MaxNewTokens: 7, StopIDs: []int64{7}},
+		{BlockSize: 1, MaxNewTokens: 10}, // AR decoding
 	}
 	type out struct {
 		res    *Result

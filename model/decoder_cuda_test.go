@@ -32,40 +32,8 @@ func TestDecoderCUDAMatchesPlainPath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dev := torch.CUDA(0)
-	// 1. One set of random bf16 (or f16) weights, and the same weights in float32.
-	dt := torch.BFloat16
-	if os.Getenv("DLLM_TEST_DTYPE") == "f16" {
-		dt = torch.Float16
-	}
-	shapes := map[string][]int64{}
-	for _, s := range ExpectedTensors(cfg) {
-		shapes[s.Name] = s.Shape
-	}
-	torch.ManualSeed(7)
-	w16 := map[string]*torch.Tensor{}
-	m16, err := build(cfg, LoadOptions{Device: dev, DType: dt}, func(name string) *torch.Tensor {
-		s := shapes[name]
-		if len(s) == 1 {
-			w16[name] = torch.Ones(s, dt, dev)
-		} else {
-			r := torch.Randn(s, dt, dev)
-			w16[name] = r.MulScalar(0.02)
-			r.Free()
-		}
-		return w16[name]
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m16.Free()
-	m32, err := build(cfg, LoadOptions{Device: dev, DType: torch.Float32}, func(name string) *torch.Tensor {
-		return w16[name].To(torch.Float32, dev)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m32.Free()
+	dev, dt := torch.CUDA(0), testDType()
+	m16, m32 := randomPair(t, cfg, dev, dt)
 	// 2. The decoder's block steps attend through cuDNN past 1024 keys
 	// (the context runs from 1000 to ~1200), in graphs captured on their
 	// second use or, prepared, before the first; and without the norm
@@ -119,41 +87,6 @@ func checkDecoder(t *testing.T, cfg *Config, dev torch.Device, dt torch.DType, m
 		t.Logf("Prepare captured %d graphs", n)
 	}
 	ids := randomIDs(cfg, 1)
-	// plain runs x with its first causal positions causal and the rest
-	// seeing everything, through Forward and an explicit mask when mixed.
-	plain := func(m *Model, c *KVCache, x []int64, causal int) [][]float64 {
-		o := ForwardOpts{Attention: Attention{Kind: Bidirectional}, Cache: c}
-		T, S := int64(len(x)), c.Len+int64(len(x))
-		switch {
-		case causal == len(x):
-			o.Attention.Kind = Causal
-		case causal > 0:
-			allowed := make([]bool, T*S)
-			for q := int64(0); q < T; q++ {
-				for k := int64(0); k < S; k++ {
-					allowed[q*S+k] = q >= int64(causal) || k <= c.Len+q
-				}
-			}
-			cpu := torch.FromSlice(allowed, 1, 1, T, S)
-			defer cpu.Free()
-			o.Mask = cpu.To(torch.Bool, dev)
-			defer o.Mask.Free()
-		}
-		var out [][]float64
-		torch.NoGrad(func() {
-			in := torch.FromSlice(x, 1, int64(len(x)))
-			defer in.Free()
-			g := in.To(torch.Int64, dev)
-			defer g.Free()
-			l, err := m.Forward(g, o)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer l.Free()
-			out = rows(t, l)
-		})
-		return out
-	}
 	fast := func(x []int64, causal int) [][]float64 {
 		var out [][]float64
 		torch.NoGrad(func() { out = decoderRows(t, d, x, causal) })
@@ -187,8 +120,8 @@ func checkDecoder(t *testing.T, cfg *Config, dev torch.Device, dt torch.DType, m
 	for _, s := range steps {
 		x := ids(s.n)
 		pos := d.Len
-		want := plain(m32, c32, x, s.causal)
-		p16 := plain(m16, c16, x, s.causal)
+		want := plainRows(t, m32, c32, x, s.causal)
+		p16 := plainRows(t, m16, c16, x, s.causal)
 		f16 := fast(x, s.causal)
 		ef, ep, efp := rowRelErr(f16, want), rowRelErr(p16, want), rowRelErr(f16, p16)
 		t.Logf("%-20s %6d %12.2e %12.2e %12.2e", s.name, pos, ef, ep, efp)
@@ -204,6 +137,164 @@ func checkDecoder(t *testing.T, cfg *Config, dev torch.Device, dt torch.DType, m
 	t.Logf("graphs captured: %d", d.Graphs())
 	if d.Graphs() == 0 {
 		t.Error("no CUDA graph was captured")
+	}
+}
+
+// testDType is bf16, or f16 when $DLLM_TEST_DTYPE is f16.
+func testDType() torch.DType {
+	if os.Getenv("DLLM_TEST_DTYPE") == "f16" {
+		return torch.Float16
+	}
+	return torch.BFloat16
+}
+
+// randomPair builds one set of random weights of cfg's shape in dt and the
+// same weights in float32, on dev; freed when the test ends.
+func randomPair(t *testing.T, cfg *Config, dev torch.Device, dt torch.DType) (m16, m32 *Model) {
+	t.Helper()
+	shapes := map[string][]int64{}
+	for _, s := range ExpectedTensors(cfg) {
+		shapes[s.Name] = s.Shape
+	}
+	torch.ManualSeed(7)
+	w16 := map[string]*torch.Tensor{}
+	var err error
+	m16, err = build(cfg, LoadOptions{Device: dev, DType: dt}, func(name string) *torch.Tensor {
+		s := shapes[name]
+		if len(s) == 1 {
+			w16[name] = torch.Ones(s, dt, dev)
+		} else {
+			r := torch.Randn(s, dt, dev)
+			w16[name] = r.MulScalar(0.02)
+			r.Free()
+		}
+		return w16[name]
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m16.Free)
+	m32, err = build(cfg, LoadOptions{Device: dev, DType: torch.Float32}, func(name string) *torch.Tensor {
+		return w16[name].To(torch.Float32, dev)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m32.Free)
+	return m16, m32
+}
+
+// plainRows runs x on m over c with its first causal positions causal
+// and the rest seeing everything, through Forward and an explicit mask
+// when mixed, and returns its logit rows.
+func plainRows(t *testing.T, m *Model, c *KVCache, x []int64, causal int) [][]float64 {
+	t.Helper()
+	dev := m.Device
+	o := ForwardOpts{Attention: Attention{Kind: Bidirectional}, Cache: c}
+	T, S := int64(len(x)), c.Len+int64(len(x))
+	switch {
+	case causal == len(x):
+		o.Attention.Kind = Causal
+	case causal > 0:
+		allowed := make([]bool, T*S)
+		for q := int64(0); q < T; q++ {
+			for k := int64(0); k < S; k++ {
+				allowed[q*S+k] = q >= int64(causal) || k <= c.Len+q
+			}
+		}
+		cpu := torch.FromSlice(allowed, 1, 1, T, S)
+		defer cpu.Free()
+		o.Mask = cpu.To(torch.Bool, dev)
+		defer o.Mask.Free()
+	}
+	var out [][]float64
+	torch.NoGrad(func() {
+		in := torch.FromSlice(x, 1, int64(len(x)))
+		defer in.Free()
+		g := in.To(torch.Int64, dev)
+		defer g.Free()
+		l, err := m.Forward(g, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Free()
+		out = rows(t, l)
+	})
+	return out
+}
+
+// On a GPU: a batched forward (continuous batching) gives each sequence
+// logits as close to the float32 truth as its single-stream decoder's:
+// three sequences of different contexts in slots out of order, their
+// prompts in one forward, then a block step each (one after a committed
+// block, as the sampler's first step of a block runs). Random weights of
+// MiniCPM5-2B's shape, as TestDecoderCUDAMatchesPlainPath.
+func TestBatchDecoderCUDA(t *testing.T) {
+	if err := torch.Load(); err != nil || !torch.CUDAAvailable() {
+		t.Skip("no CUDA device")
+	}
+	cfg, err := LoadConfig("../testdata/minicpm5-2b-shape")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev, dt := torch.CUDA(0), testDType()
+	m16, m32 := randomPair(t, cfg, dev, dt)
+	const block, ctx = 32, 2048
+	ids := randomIDs(cfg, 3)
+	prompts := [][]int64{ids(700), ids(1100), ids(300)}
+	steps := [][]int64{ids(block), ids(2 * block), ids(block)}
+	causal := []int{0, block, 0}
+	slots := []int{2, 0, 1}
+	b, err := m16.NewBatchDecoder(ctx, len(slots))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free()
+	got := batchRows(t, b, slots, prompts, steps, causal)
+	for i := range prompts {
+		// The truth (float32, plain path) and the single-stream decoder.
+		c32, err := m32.NewCache(1, ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		torch.NoGrad(func() {
+			in := torch.FromSlice(prompts[i], 1, int64(len(prompts[i])))
+			defer in.Free()
+			x := in.To(torch.Int64, dev)
+			defer x.Free()
+			h, err := m32.Hidden(x, ForwardOpts{Attention: Attention{Kind: Causal}, Cache: c32})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h.Free()
+		})
+		if err := c32.Commit(int64(len(prompts[i]))); err != nil {
+			t.Fatal(err)
+		}
+		want := plainRows(t, m32, c32, steps[i], causal[i])
+		c32.Free()
+		d, err := m16.NewDecoder(ctx, 2*block)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var alone [][]float64
+		torch.NoGrad(func() {
+			if _, err := d.Forward(prompts[i], len(prompts[i]), 0); err != nil {
+				t.Fatal(err)
+			}
+			if err := d.Commit(int64(len(prompts[i]))); err != nil {
+				t.Fatal(err)
+			}
+			alone = decoderRows(t, d, steps[i], causal[i])
+		})
+		d.Free()
+		batched := got[i]
+		eb, ea := rowRelErr(batched, want), rowRelErr(alone, want)
+		t.Logf("sequence %d (slot %d, context %d): batched %.2e from float32, alone %.2e, batched-alone %.2e",
+			i, slots[i], len(prompts[i]), eb, ea, rowRelErr(batched, alone))
+		if eb > 1.5*ea+1e-3 {
+			t.Errorf("sequence %d: batched %.2e from float32, alone %.2e", i, eb, ea)
+		}
 	}
 }
 

@@ -172,6 +172,37 @@ func TestDecoderErrors(t *testing.T) {
 	}
 }
 
+// batchRows runs the prompts (sequence i in slot slots[i]) in one
+// forward of b, then their blocks (the first causal[i] positions causal)
+// in another, and returns each block's logit rows.
+func batchRows(t *testing.T, b *BatchDecoder, slots []int, prompts, blocks [][]int64, causal []int) [][][]float64 {
+	t.Helper()
+	var pre, step []torch.BatchSeq
+	for i := range prompts {
+		pre = append(pre, torch.BatchSeq{Slot: slots[i], IDs: prompts[i], Causal: len(prompts[i])})
+		step = append(step, torch.BatchSeq{Slot: slots[i], IDs: blocks[i], Pos: int64(len(prompts[i])), Causal: causal[i], Rows: len(blocks[i])})
+	}
+	var out [][][]float64
+	torch.NoGrad(func() {
+		if l, err := b.Forward(pre); err != nil || l != nil {
+			t.Fatalf("prompts: %v, %v", l, err)
+		}
+		logits, err := b.Forward(step)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer logits.Free()
+		l := logits.Reshape(1, logits.Shape()[0], -1)
+		defer l.Free()
+		got := rows(t, l)
+		for _, blk := range blocks {
+			out = append(out, got[:len(blk)])
+			got = got[len(blk):]
+		}
+	})
+	return out
+}
+
 // A batched forward gives each sequence the logits it gets alone: three
 // sequences of different lengths in slots out of order, their prompts in
 // one forward, then a denoising block each (one of them with causal rows
@@ -204,26 +235,7 @@ func TestBatchDecoderMatchesAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Free()
-	var pre, step []torch.BatchSeq
-	for i := range prompts {
-		pre = append(pre, torch.BatchSeq{Slot: slots[i], IDs: prompts[i], Causal: len(prompts[i])})
-		step = append(step, torch.BatchSeq{Slot: slots[i], IDs: blocks[i], Pos: int64(len(prompts[i])), Causal: causal[i], Rows: len(blocks[i])})
-	}
-	if l, err := b.Forward(pre); err != nil || l != nil {
-		t.Fatalf("prefill: %v, %v", l, err)
-	}
-	logits, err := b.Forward(step)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logits.Free()
-	l := logits.Reshape(1, logits.Shape()[0], -1)
-	defer l.Free()
-	got := rows(t, l)
-	off := 0
-	for i := range blocks {
-		g := got[off : off+len(blocks[i])]
-		off += len(blocks[i])
+	for i, g := range batchRows(t, b, slots, prompts, blocks, causal) {
 		if e := rowRelErr(g, want[i]); e > 1e-5 {
 			t.Errorf("sequence %d (slot %d): batched logits differ from alone by %.2e", i, slots[i], e)
 		}

@@ -26,6 +26,8 @@
 #                     stopped after 300 s: a probe with a grid barrier can hang)
 #   KEEP_SHIM=1       reuse bin/libdllmtorch.so
 #   AR=0              leave out the AR (block 1) points
+#   BATCH="1 8 32"    also each point as that many sequences decoding
+#                     together (bench decode --batch; continuous batching)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 CTX=${CTX-"1k 8k 32k"}
@@ -75,13 +77,16 @@ for ab in "" $AB; do
 		env ${ab//+/ } timeout 300 bin/dllm bench decode --config testdata/minicpm5-2b-shape/config.json \
 			--device cuda --dtype bf16 --ctx "$c" --block 32 --commit "$COMMIT" $([ "${AR:-1}" = 0 ] || echo --ar) \
 			--tokens "$TOKENS" --warmup "$WARMUP" --json | sed "s|^{|{\"env\":\"${ab:-as is}\",|" | tee -a "$RESULTS"
+		[ -n "${BATCH:-}" ] && env ${ab//+/ } timeout 300 bin/dllm bench decode --config testdata/minicpm5-2b-shape/config.json \
+			--device cuda --dtype bf16 --ctx "$c" --block 32 --commit "$COMMIT" $([ "${AR:-1}" = 0 ] || echo --ar) \
+			--batch "${BATCH// /,}" --tokens "$TOKENS" --warmup "$WARMUP" --json | sed "s|^{|{\"env\":\"${ab:-as is}\",|" | tee -a "$RESULTS"
 	done
 done
 $PY - "$RESULTS" <<'PYEOF'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip().startswith("{")]
-print(f"{'env':>14} {'ctx':>6} {'mode':>8} {'step_ms':>8} {'p90':>6} {'host':>6} {'TPF':>5} {'tok/s':>7}")
+print(f"{'env':>14} {'ctx':>6} {'mode':>8} {'batch':>5} {'step_ms':>8} {'p90':>6} {'host':>6} {'TPF':>5} {'tok/s':>7} {'stream':>7}")
 for r in rows:
-    print(f"{r['env']:>14} {r['context']:>6} {r['mode']:>8} {r['step_median_ms']:8.2f} {r['step_p90_ms']:6.2f} "
-          f"{r['host_ms']:6.2f} {r['tpf']:5.2f} {r['tokens_per_s']:7.0f}")
+    print(f"{r['env']:>14} {r['context']:>6} {r['mode']:>8} {r.get('batch') or '-':>5} {r['step_median_ms']:8.2f} {r['step_p90_ms']:6.2f} "
+          f"{r['host_ms']:6.2f} {r['tpf']:5.2f} {r['tokens_per_s']:7.0f} {r.get('stream_tokens_per_s', r['tokens_per_s']):7.0f}")
 PYEOF

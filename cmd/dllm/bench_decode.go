@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -31,7 +32,7 @@ func benchDecodeCommand() *cli.Command {
 		Name:  "decode",
 		Usage: "decode speed: the sampler's loop over a KV cache filled to each context, or a running server",
 		UsageText: `dllm bench decode (--config FILE | --model DIR) [--ctx 1k,8k,16k,32k] [--commit 1,2,4,8] [--ar] [options]
-dllm bench decode --server URL [--max-tokens N] [--prompt-tokens N] [--threshold X | --tokens-per-step K]`,
+dllm bench decode --server URL [--max-tokens N] [--prompt-tokens N] [--threshold X | --tokens-per-step K] [--clients 1,8,32]`,
 		Description: `In-process: for each context C, a prompt of C random tokens is prefilled,
 then the diffusion sampler generates with exactly k tokens committed per
 denoising forward (--commit; diffusion.Options.FixedCommit), so the forward
@@ -49,7 +50,10 @@ stream_tok/s one stream's share, step_ms the time of one batched forward as
 a stream sees it, and the floor reads B KV caches.
 
 With --server: times streamed chat completions against an OpenAI-compatible
-server (dllm serve or any other): time to first token and tokens/s.
+server (dllm serve or any other): time to first token and tokens/s. With
+--clients N1,N2,...: N clients at once, each sending --requests requests
+back to back; a row per N: all streams' tokens/s, one stream's (median)
+and the time to first token.
 See docs/performance.md.`,
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "model", Usage: "model `DIR` with weights (its dllm.json when there is one); with --server, the model name to send"},
@@ -73,7 +77,8 @@ See docs/performance.md.`,
 			&cli.FloatFlag{Name: "threshold", Usage: "with --server: dllm's threshold extension (not sent unless given)"},
 			&cli.IntFlag{Name: "tokens-per-step", Usage: "with --server: dllm's tokens_per_step extension, exactly K tokens committed per denoising step (not sent unless given)"},
 			&cli.FloatFlag{Name: "temperature", Usage: "with --server: sampling temperature"},
-			&cli.IntFlag{Name: "requests", Value: 3, Usage: "with --server: timed requests (after one short warm-up)"},
+			&cli.IntFlag{Name: "requests", Value: 3, Usage: "with --server: timed requests (after one short warm-up), per client with --clients"},
+			&cli.StringFlag{Name: "clients", Usage: "with --server: comma-separated numbers of concurrent streaming clients, a row each (default: one client, a row per request)"},
 			&cli.BoolFlag{Name: "ignore-eos", Value: true, Usage: "with --server: send ignore_eos (vLLM's extension, which dllm serve honours too) so every request runs to max_tokens"},
 			&cli.DurationFlag{Name: "timeout", Value: 10 * time.Minute, Usage: "with --server: limit per request"},
 		}, decoderFlags()...),
@@ -642,6 +647,9 @@ func benchDecodeServer(ctx context.Context, c *cli.Command) error {
 		return err
 	}
 	w := c.Root().Writer
+	if c.IsSet("clients") {
+		return benchServerClients(ctx, c, api, req, name)
+	}
 	if !c.Bool("json") {
 		fmt.Fprintf(w, "%-8s %7s %7s %7s %10s %10s %9s\n", "request", "prompt", "tokens", "chunks", "ttft_ms", "total_ms", "tokens/s")
 	}
@@ -667,6 +675,85 @@ func benchDecodeServer(ctx context.Context, c *cli.Command) error {
 	}
 	fmt.Fprintf(w, "%-8s %7d %7d %7d %10.1f %10.1f %9.1f   (medians; tokens counted from %s)\n",
 		"median", s.PromptTokens, s.CompletionTokens, s.Chunks, s.TTFTMS, s.TotalMS, s.TokPerSec, s.Counted)
+	return nil
+}
+
+// serverLoad is one --clients point against --server.
+type serverLoad struct {
+	Kind     string `json:"kind"` // "clients"
+	Server   string `json:"server"`
+	Model    string `json:"model,omitempty"`
+	Clients  int    `json:"clients"`
+	Requests int    `json:"requests"`
+	Tokens   int    `json:"tokens"` // completion tokens of all requests
+	// TokPerSec is Tokens over the wall time of the whole point;
+	// StreamTokPerSec and TTFTMS are the requests' medians.
+	TokPerSec       float64 `json:"tokens_per_s"`
+	StreamTokPerSec float64 `json:"stream_tokens_per_s"`
+	TTFTMS          float64 `json:"ttft_ms"`
+	WallS           float64 `json:"wall_s"`
+}
+
+// benchServerClients runs --clients: for each N, N streaming clients at
+// once, each sending --requests requests one after another.
+func benchServerClients(ctx context.Context, c *cli.Command, api *openai.Client, req *openai.ChatRequest, name string) error {
+	counts, err := parseInts(c.String("clients"))
+	if err != nil {
+		return fmt.Errorf("--clients: %w", err)
+	}
+	w := c.Root().Writer
+	if !c.Bool("json") {
+		fmt.Fprintf(w, "%-8s %8s %8s %10s %10s %10s %9s\n", "clients", "requests", "tokens", "tokens/s", "stream/s", "ttft_ms", "wall_s")
+	}
+	// The clients share the transport: a kept connection for each.
+	api.HTTP.Transport = &http.Transport{Proxy: http.ProxyFromEnvironment, MaxIdleConnsPerHost: slices.Max(counts)}
+	for _, n := range counts {
+		var (
+			mu   sync.Mutex
+			all  []serverRequest
+			errs []error
+			wg   sync.WaitGroup
+		)
+		start := time.Now()
+		for range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range c.Int("requests") {
+					r, err := timeChat(ctx, api, req)
+					mu.Lock()
+					if err != nil {
+						errs = append(errs, err)
+					} else {
+						all = append(all, *r)
+					}
+					mu.Unlock()
+					if err != nil {
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		wall := time.Since(start)
+		if len(errs) > 0 {
+			return fmt.Errorf("%d clients: %d requests failed, the first: %w", n, len(errs), errs[0])
+		}
+		s := summarise(all)
+		p := serverLoad{Kind: "clients", Server: strings.TrimSuffix(api.Base, "/v1"), Model: name, Clients: n, Requests: len(all),
+			StreamTokPerSec: s.TokPerSec, TTFTMS: s.TTFTMS, WallS: wall.Seconds()}
+		for _, r := range all {
+			p.Tokens += r.CompletionTokens
+		}
+		p.TokPerSec = float64(p.Tokens) / wall.Seconds()
+		if c.Bool("json") {
+			if err := json.NewEncoder(w).Encode(p); err != nil {
+				return err
+			}
+			continue
+		}
+		fmt.Fprintf(w, "%-8d %8d %8d %10.1f %10.1f %10.1f %9.2f\n", p.Clients, p.Requests, p.Tokens, p.TokPerSec, p.StreamTokPerSec, p.TTFTMS, p.WallS)
+	}
 	return nil
 }
 

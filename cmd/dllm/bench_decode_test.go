@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -271,6 +272,36 @@ func TestBenchDecodeServer(t *testing.T) {
 			}
 			c.check(t, body)
 		})
+	}
+}
+
+// --clients N runs N streaming clients at once, --requests each, and
+// reports a row per N counting every request's tokens.
+func TestBenchDecodeServerClients(t *testing.T) {
+	fake := fakeChatServer(t, 20*time.Millisecond, []string{"a b", "c"}, true, nil)
+	var inflight, most atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := inflight.Add(1)
+		defer inflight.Add(-1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		fake.Config.Handler.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	rows := benchDecodeLines[serverLoad](t, "--server", srv.URL, "--max-tokens", "96", "--requests", "3", "--clients", "1,4")
+	if len(rows) != 2 {
+		t.Fatalf("%d rows: %+v", len(rows), rows)
+	}
+	for i, n := range []int{1, 4} {
+		r := rows[i]
+		if r.Kind != "clients" || r.Clients != n || r.Requests != 3*n || r.Tokens != 96*3*n || r.Model != "fake-model" ||
+			!(r.WallS > 0) || math.Abs(r.TokPerSec-float64(r.Tokens)/r.WallS) > 1e-6*r.TokPerSec || !(r.StreamTokPerSec > 0) || r.TTFTMS < 20 {
+			t.Errorf("row %d: %+v", i, r)
+		}
+	}
+	// (A handler may still be returning when its client sends the next.)
+	if m := most.Load(); m < 4 {
+		t.Errorf("at most %d requests in flight, want the 4 clients'", m)
 	}
 }
 
