@@ -17,7 +17,11 @@ inline std::tuple<Tensor, Tensor> _scaled_dot_product_cudnn_attention(const Tens
 inline std::tuple<Tensor, Tensor> _flash_attention_forward(const Tensor &, const Tensor &, const Tensor &,
                                                            const c10::optional<Tensor> &,
                                                            const c10::optional<Tensor> &, int64_t, int64_t, double,
-                                                           bool, bool, c10::optional<double>) {
+                                                           bool, bool, c10::optional<double>,
+                                                           c10::optional<int64_t> = c10::nullopt,
+                                                           c10::optional<int64_t> = c10::nullopt,
+                                                           const c10::optional<Tensor> & = {},
+                                                           const c10::optional<Tensor> & = {}) {
   return {};
 }
 } // namespace at

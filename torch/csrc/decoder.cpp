@@ -558,6 +558,10 @@ struct Decoder {
     auto c = cos.index_select(0, positions).unsqueeze(1); // (N, 1, D)
     auto sn = sin.index_select(0, positions).unsqueeze(1);
     auto x = embed.index_select(0, ids); // (N, C)
+#ifdef DLLM_CUDA
+    Varlen vl;
+    if (flash) vl = varlen(b, lo.device());
+#endif
     for (auto &ly : layers) {
       auto qkv = ly.bqkv.defined() ? at::linear(norm_(x, ly.n1), ly.wqkv, ly.bqkv) : at::linear(norm_(x, ly.n1), ly.wqkv);
       auto q = qkv.narrow(1, 0, H * D).view({N, H, D});
@@ -567,20 +571,91 @@ struct Decoder {
       k = k * c + rotate_half(k) * sn;
       ly.kc.index_copy_(0, cache_rows, k);
       ly.vc.index_copy_(0, cache_rows, v);
-      std::vector<at::Tensor> ao;
-      off = 0;
-      for (auto &s : b) {
-        auto qs = q.narrow(0, off, s.n).unsqueeze(0); // (1, n, H, D)
-        ao.push_back(attend(ly, qs, s.pos, std::clamp<int64_t>(s.causal, 0, s.n), at::Tensor(), s.slot * slot_rows)
-                         .reshape({s.n, H * D}));
-        off += s.n;
+      at::Tensor a; // (N, H*D)
+#ifdef DLLM_CUDA
+      if (flash) a = attend_varlen(ly, q, vl);
+#endif
+      if (!a.defined()) {
+        std::vector<at::Tensor> ao;
+        off = 0;
+        for (auto &s : b) {
+          auto qs = q.narrow(0, off, s.n).unsqueeze(0); // (1, n, H, D)
+          ao.push_back(attend(ly, qs, s.pos, std::clamp<int64_t>(s.causal, 0, s.n), at::Tensor(), s.slot * slot_rows)
+                           .reshape({s.n, H * D}));
+          off += s.n;
+        }
+        a = at::cat(ao, 0);
       }
-      auto y = at::linear(at::cat(ao, 0), ly.wo) + x;
+      auto y = at::linear(a, ly.wo) + x;
       auto gu = at::linear(norm_(y, ly.n2), ly.wgu);
       x = at::linear(silu_mul_plain(gu), ly.wdown) + y;
     }
     return norm_(x, norm);
   }
+
+#ifdef DLLM_CUDA
+  // Varlen is a batched forward's attention plan for FlashAttention 2's
+  // variable-length form: its causal rows (each sequence's first causal,
+  // seeing the keys up to their own positions) and its other rows (seeing
+  // all of their sequence's keys, folded as flash_part folds them: the G
+  // query heads of a key head as G rows of it, so each key is read once a
+  // key head) in one call each, whatever the number of sequences. The keys
+  // are the caches in place: sequence i's start at its slot's first row
+  // (cu_k) and run for used_* of them (FlashAttention's seqused_k).
+  struct Varlen {
+    at::Tensor causal_rows, other_rows;  // (Nc), (No) int64: rows of the batch
+    at::Tensor cu_qc, cu_qo, cu_k;       // (B+1) int32: query offsets (cu_qo of folded rows), slot starts
+    at::Tensor used_c, used_o;           // (B) int32: keys each sequence's causal / other rows read
+    int64_t max_qc = 0, max_qo = 0, max_k = 0;
+  };
+
+  Varlen varlen(const std::vector<BatchSeq> &b, at::Device dev) const {
+    Varlen v;
+    std::vector<int64_t> cr, orows;
+    std::vector<int32_t> cu_qc{0}, cu_qo{0}, cu_k, used_c, used_o;
+    int64_t row = 0, G = H / Hkv;
+    for (auto &s : b) {
+      int64_t c = std::clamp<int64_t>(s.causal, 0, s.n);
+      for (int64_t t = 0; t < s.n; t++) (t < c ? cr : orows).push_back(row + t);
+      row += s.n;
+      cu_qc.push_back(cu_qc.back() + static_cast<int32_t>(c));
+      cu_qo.push_back(cu_qo.back() + static_cast<int32_t>((s.n - c) * G));
+      cu_k.push_back(static_cast<int32_t>(s.slot * slot_rows));
+      used_c.push_back(static_cast<int32_t>(s.pos + c));
+      used_o.push_back(static_cast<int32_t>(s.pos + s.n));
+      v.max_qc = std::max(v.max_qc, c), v.max_qo = std::max(v.max_qo, (s.n - c) * G);
+      v.max_k = std::max(v.max_k, s.pos + s.n);
+    }
+    cu_k.push_back(static_cast<int32_t>(seqs * slot_rows)); // read only for the length, which used_* gives
+    auto i64 = [&](const std::vector<int64_t> &x) { return at::tensor(x, at::kLong).to(dev); };
+    auto i32 = [&](const std::vector<int32_t> &x) { return at::tensor(x, at::kInt).to(dev); };
+    v.causal_rows = i64(cr), v.other_rows = i64(orows);
+    v.cu_qc = i32(cu_qc), v.cu_qo = i32(cu_qo), v.cu_k = i32(cu_k), v.used_c = i32(used_c), v.used_o = i32(used_o);
+    return v;
+  }
+
+  // attend_varlen is the batch's attention of q (N, H, D) over its
+  // sequences' slots by plan v; (N, H*D).
+  at::Tensor attend_varlen(DecLayer &ly, const at::Tensor &q, const Varlen &v) {
+    auto N = q.size(0), G = H / Hkv;
+    double sc = attn_scale();
+    auto out = at::empty({N, H * D}, q.options());
+    if (v.causal_rows.numel() > 0) {
+      auto qc = q.index_select(0, v.causal_rows); // (Nc, H, D)
+      auto r = at::_flash_attention_forward(qc, ly.kc, ly.vc, v.cu_qc, v.cu_k, v.max_qc, v.max_k, 0.0, true, false,
+                                            sc, c10::nullopt, c10::nullopt, v.used_c, c10::nullopt);
+      out.index_copy_(0, v.causal_rows, std::get<0>(r).reshape({-1, H * D}));
+    }
+    if (v.other_rows.numel() > 0) {
+      auto No = v.other_rows.numel();
+      auto qo = q.index_select(0, v.other_rows).view({No, Hkv, G, D}).permute({0, 2, 1, 3}).reshape({No * G, Hkv, D});
+      auto r = at::_flash_attention_forward(qo, ly.kc, ly.vc, v.cu_qo, v.cu_k, v.max_qo, v.max_k, 0.0, false, false,
+                                            sc, c10::nullopt, c10::nullopt, v.used_o, c10::nullopt);
+      out.index_copy_(0, v.other_rows, std::get<0>(r).view({No, G, Hkv, D}).permute({0, 2, 1, 3}).reshape({No, H * D}));
+    }
+    return out;
+  }
+#endif
 
   // silu_mul_plain is silu(gu[:, :F]) * gu[:, F:], with libtorch ops.
   static at::Tensor silu_mul_plain(const at::Tensor &gu) {
