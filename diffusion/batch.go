@@ -33,7 +33,7 @@ type Batcher struct {
 	done   chan struct{} // closed when the loop has returned
 	once   sync.Once
 
-	steps, seqForwards atomic.Int64 // BatchStats
+	steps, seqForwards, gatherTimeouts atomic.Int64 // BatchStats
 }
 
 // BatchStats count a Batcher's work so far.
@@ -41,11 +41,14 @@ type BatchStats struct {
 	// Steps is the batched forwards run; SeqForwards the sequences' forwards
 	// they held, so SeqForwards/Steps is the mean batch size.
 	Steps, SeqForwards int64
+	// GatherTimeouts counts the steps that ran without a sequence of the
+	// batch after waiting maxGather for it.
+	GatherTimeouts int64
 }
 
 // Stats returns the counts so far.
 func (b *Batcher) Stats() BatchStats {
-	return BatchStats{Steps: b.steps.Load(), SeqForwards: b.seqForwards.Load()}
+	return BatchStats{Steps: b.steps.Load(), SeqForwards: b.seqForwards.Load(), GatherTimeouts: b.gatherTimeouts.Load()}
 }
 
 // BatchConfig sizes a Batcher.
@@ -65,10 +68,12 @@ type BatchConfig struct {
 }
 
 // batchEvent is what the loop hears from the sequences: one joins, one
-// leaves, or one asks for a forward.
+// leaves, one is away in its caller's onBlock (which may write to a slow
+// client: the batch does not wait for it) or back, or one asks for a
+// forward.
 type batchEvent struct {
-	join, leave bool
-	req         *batchReq
+	join, leave, away, back bool
+	req                     *batchReq
 }
 
 // batchReq is one sequence's forward: its tokens at its slot's positions,
@@ -153,6 +158,14 @@ func (b *Batcher) Generate(ctx context.Context, prompt []int64, o Options, onBlo
 		b.slots <- slot
 		return nil, errBatcherClosed
 	}
+	if onBlock != nil {
+		caller := onBlock
+		onBlock = func(bl Block) (bool, error) {
+			b.send(batchEvent{away: true})
+			defer b.send(batchEvent{back: true})
+			return caller(bl)
+		}
+	}
 	torch.NoGrad(func() {
 		defer torch.Recover(&err)
 		var g *generation
@@ -186,10 +199,10 @@ func (b *Batcher) Close() {
 }
 
 // loop runs the steps. A step runs once every sequence in the batch waits
-// for a forward: between two forwards a sequence only reads its picks and
-// updates its canvas, so the wait is short. A sequence that takes longer
-// (its caller's onBlock writing to a slow client) is not waited for past
-// maxGather: the others step without it.
+// for a forward, but for those away in their caller's onBlock: between two
+// forwards a sequence only reads its picks and updates its canvas, so the
+// wait is short. One that takes longer is not waited for past maxGather:
+// the others step without it.
 func (b *Batcher) loop() {
 	defer close(b.done)
 	torch.NoGrad(func() {
@@ -210,9 +223,9 @@ func (b *Batcher) loop() {
 				select {
 				case e := <-b.events:
 					switch {
-					case e.join:
+					case e.join, e.back:
 						active++
-					case e.leave:
+					case e.leave, e.away:
 						active--
 					default:
 						waiting = append(waiting, e.req)
@@ -220,6 +233,7 @@ func (b *Batcher) loop() {
 					continue
 				case <-timer.C:
 					gathering = false
+					b.gatherTimeouts.Add(1)
 				case <-b.quit:
 					for _, r := range waiting {
 						r.out <- batchOut{err: errBatcherClosed}
@@ -247,7 +261,7 @@ func (b *Batcher) loop() {
 
 // maxGather is how long a step waits for a sequence that is not yet
 // waiting for it, once another is.
-const maxGather = 20 * time.Millisecond
+const maxGather = 5 * time.Millisecond
 
 // step runs one forward of reqs and hands each its logit rows.
 func (b *Batcher) step(reqs []*batchReq) {

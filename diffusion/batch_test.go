@@ -92,6 +92,43 @@ func TestBatcherMatchesSampler(t *testing.T) {
 	}
 }
 
+// A sequence away in its caller's onBlock (a server writing to a slow
+// client) does not hold the others: they step without waiting for it.
+func TestBatcherDoesNotWaitForCallers(t *testing.T) {
+	m := loadTiny(t)
+	prompt := loadChats(t)[0].IDs
+	b, err := NewBatcher(m, tinySettings(4, true), BatchConfig{Seqs: 2, Context: 128})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	held, release := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.Generate(context.Background(), prompt, Options{MaxNewTokens: 8}, func(Block) (bool, error) {
+			close(held)
+			<-release
+			return true, nil
+		})
+		done <- err
+	}()
+	<-held
+	before := b.Stats()
+	res, err := b.Generate(context.Background(), prompt, Options{Threshold: 1, MaxNewTokens: 24}, func(Block) (bool, error) { return false, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := b.Stats()
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	steps, waits := after.Steps-before.Steps, after.GatherTimeouts-before.GatherTimeouts
+	if steps < int64(res.Steps) || waits > steps/4 {
+		t.Errorf("%d steps (%d of the generation's), %d of them after waiting for the held sequence", steps, res.Steps, waits)
+	}
+}
+
 // A request the batch cannot run fails alone: too long for a slot, a bad
 // option, a context done while waiting for a slot; a closed batcher fails
 // what is left, and a cancelled sequence leaves its slot to the next.
