@@ -217,8 +217,11 @@ struct Decoder {
   // and their cache rows are zeroed, for attend_cudnn with causal rows.
   // Given qparts (kernels only), the QKV projection is already done: the
   // post_fused before left it as partial products of the folded weight.
+  // Given rows (T), the keys and values go to those cache rows instead of
+  // positions' (forward_batch: each sequence's slot).
   at::Tensor pre(DecLayer &ly, const at::Tensor &x, const at::Tensor &positions, bool fold_q = false,
-                 bool own = false, at::Tensor *keep = nullptr, const at::Tensor &qparts = at::Tensor()) {
+                 bool own = false, at::Tensor *keep = nullptr, const at::Tensor &qparts = at::Tensor(),
+                 const at::Tensor &rows = at::Tensor()) {
     auto Tn = x.size(0);
     bool f = folds(x);
 #ifdef DLLM_KERNELS
@@ -234,7 +237,8 @@ struct Decoder {
       auto q = at::empty({Tn, H, D}, x.options());
       bool p = qparts.defined();
       check_launch(dtk_rope_qkv(static_cast<int>(x.scalar_type()), p ? nullptr : qkv.data_ptr(), cos.data_ptr(),
-                                sin.data_ptr(), positions.data_ptr<int64_t>(), q.data_ptr(), ly.kc.data_ptr(),
+                                sin.data_ptr(), positions.data_ptr<int64_t>(),
+                                rows.defined() ? rows.data_ptr<int64_t>() : nullptr, q.data_ptr(), ly.kc.data_ptr(),
                                 ly.vc.data_ptr(), Tn, H, Hkv, D, f ? x.data_ptr() : nullptr, x.size(1),
                                 static_cast<float>(eps), fold_q ? 1 : 0, own ? own_k.data_ptr() : nullptr,
                                 own ? own_v.data_ptr() : nullptr, p ? qparts.data_ptr<float>() : nullptr,
@@ -251,8 +255,8 @@ struct Decoder {
     auto s = sin.index_select(0, positions).unsqueeze(1);
     q = q * c + rotate_half(q) * s;
     k = k * c + rotate_half(k) * s;
-    ly.kc.index_copy_(0, positions, k);
-    ly.vc.index_copy_(0, positions, v);
+    ly.kc.index_copy_(0, rows.defined() ? rows : positions, k);
+    ly.vc.index_copy_(0, rows.defined() ? rows : positions, v);
     return q.unsqueeze(0);
   }
 
@@ -529,14 +533,13 @@ struct Decoder {
   };
 
   // forward_batch runs several sequences in one forward (continuous
-  // batching): every projection and the MLP over all their rows at once,
-  // so the weights are read once for the batch; RoPE and the KV writes
-  // by each row's own position and slot; attention per sequence over its
-  // slot. ids holds the sequences' tokens one after another; it returns
-  // their final hidden states in the same order. Each row's maths is the
-  // single-sequence forward's (the libtorch path: no graphs, no fused
-  // kernels), so a sequence's results do not depend on its neighbours
-  // beyond the matmuls' rounding.
+  // batching): every layer's pre and post (the projections, RoPE, the MLP:
+  // the single-sequence forward's code) over all their rows at once, so the
+  // weights are read once for the batch, each row at its own position and
+  // its keys and values in its sequence's slot; attention per sequence
+  // over its slot (on a GPU two FlashAttention calls for the whole batch:
+  // attend_varlen). ids holds the sequences' tokens one after another; it
+  // returns their final hidden states in the same order.
   at::Tensor forward_batch(const at::Tensor &ids, const std::vector<BatchSeq> &b) {
     int64_t N = ids.numel(), off = 0;
     std::vector<int64_t> inpos, rows;
@@ -552,25 +555,16 @@ struct Decoder {
       off += s.n;
     }
     TORCH_CHECK(off == N, "decoder: the batch's sequences hold ", off, " tokens, ids ", N);
-    auto lo = ids.options().dtype(at::kLong);
-    auto positions = at::tensor(inpos, at::kLong).to(lo.device());
-    auto cache_rows = at::tensor(rows, at::kLong).to(lo.device());
-    auto c = cos.index_select(0, positions).unsqueeze(1); // (N, 1, D)
-    auto sn = sin.index_select(0, positions).unsqueeze(1);
+    auto dev = ids.device();
+    auto positions = at::tensor(inpos, at::kLong).to(dev);
+    auto cache_rows = at::tensor(rows, at::kLong).to(dev);
     auto x = embed.index_select(0, ids); // (N, C)
 #ifdef DLLM_CUDA
     Varlen vl;
-    if (flash) vl = varlen(b, lo.device());
+    if (flash) vl = varlen(b, dev);
 #endif
     for (auto &ly : layers) {
-      auto qkv = ly.bqkv.defined() ? at::linear(norm_(x, ly.n1), ly.wqkv, ly.bqkv) : at::linear(norm_(x, ly.n1), ly.wqkv);
-      auto q = qkv.narrow(1, 0, H * D).view({N, H, D});
-      auto k = qkv.narrow(1, H * D, Hkv * D).view({N, Hkv, D});
-      auto v = qkv.narrow(1, (H + Hkv) * D, Hkv * D).view({N, Hkv, D});
-      q = q * c + rotate_half(q) * sn;
-      k = k * c + rotate_half(k) * sn;
-      ly.kc.index_copy_(0, cache_rows, k);
-      ly.vc.index_copy_(0, cache_rows, v);
+      auto q = pre(ly, x, positions, false, false, nullptr, at::Tensor(), cache_rows).squeeze(0); // (N, H, D)
       at::Tensor a; // (N, H*D)
 #ifdef DLLM_CUDA
       if (flash) a = attend_varlen(ly, q, vl);
@@ -586,9 +580,7 @@ struct Decoder {
         }
         a = at::cat(ao, 0);
       }
-      auto y = at::linear(a, ly.wo) + x;
-      auto gu = at::linear(norm_(y, ly.n2), ly.wgu);
-      x = at::linear(silu_mul_plain(gu), ly.wdown) + y;
+      x = post(ly, x, a);
     }
     return norm_(x, norm);
   }
@@ -656,12 +648,6 @@ struct Decoder {
     return out;
   }
 #endif
-
-  // silu_mul_plain is silu(gu[:, :F]) * gu[:, F:], with libtorch ops.
-  static at::Tensor silu_mul_plain(const at::Tensor &gu) {
-    auto F = gu.size(1) / 2;
-    return at::silu(gu.narrow(1, 0, F)) * gu.narrow(1, F, F);
-  }
 
 #ifdef DLLM_CUDA
   // capture records query length T's graphs on the side stream, on which the

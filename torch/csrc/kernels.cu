@@ -94,9 +94,12 @@ constexpr int kRopeParts = DTK_TMA_POST_QPARTS; // dtk_rope_qkv's parts at most:
 // x_t's inverse RMS and rounded, which is what the projection of the
 // normalised row gives up to rounding. With ks (and vs): token t's key
 // and value go to row t of those (T, Hkv, D) instead, and their cache rows
-// are zeroed (the decoder's cuDNN path for a fused commit).
+// are zeroed (the decoder's cuDNN path for a fused commit). With rows,
+// token t's key and value go to cache row rows[t] instead of pos[t] (a
+// batched forward's sequence slots).
 template <typename T, bool NORM>
-__global__ void rope_qkv_kernel(const T *qkv, const T *cos, const T *sin, const int64_t *pos, T *q, T *kc, T *vc,
+__global__ void rope_qkv_kernel(const T *qkv, const T *cos, const T *sin, const int64_t *pos, const int64_t *rows,
+                                T *q, T *kc, T *vc,
                                 int64_t H, int64_t Hkv, int64_t D, const T *x, int C, float eps, bool fold, T *ks,
                                 T *vs, const float *parts, int nparts) {
   const int64_t t = blockIdx.x, half = D / 2, i = threadIdx.x % half;
@@ -107,10 +110,11 @@ __global__ void rope_qkv_kernel(const T *qkv, const T *cos, const T *sin, const 
   // input of the projection just before) only after it: a TMA GEMM lets
   // this kernel launch before its own wait, so x's writer, the kernel
   // before that, may still be running (the persistent kernel's last CTAs).
-  int64_t p = 0;
+  int64_t p = 0, row = 0;
   float c1 = 0, c2 = 0, s1 = 0, s2 = 0;
   if (!spare) {
     p = pos[t];
+    row = rows ? rows[t] : p;
     if (!value) {
       const T *c = cos + p * D, *s = sin + p * D;
       c1 = f32(c[i]), c2 = f32(c[i + half]), s1 = f32(s[i]), s2 = f32(s[i + half]);
@@ -145,7 +149,7 @@ __global__ void rope_qkv_kernel(const T *qkv, const T *cos, const T *sin, const 
   const float in1 = scaled(v1), in2 = scaled(v2);
   // A key or value head's cache row, and where the head goes.
   const int64_t kv = value ? h - H - Hkv : h - H;
-  T *cache = h < H ? nullptr : (value ? vc : kc) + (p * Hkv + kv) * D;
+  T *cache = h < H ? nullptr : (value ? vc : kc) + (row * Hkv + kv) * D;
   T *side = h < H ? nullptr : value ? vs : ks;
   if (value) { // copied as is
     T *dst = side ? side + (t * Hkv + kv) * D : cache;
@@ -367,13 +371,13 @@ template <typename T> int rms_norm(const void *x, const void *w, void *out, int6
 }
 
 template <typename T>
-int rope_qkv(const void *qkv, const void *cos, const void *sin, const int64_t *pos, void *q, void *kc, void *vc,
-             int64_t Tn, int64_t H, int64_t Hkv, int64_t D, const void *x, int64_t C, float eps, bool fold, void *ks,
+int rope_qkv(const void *qkv, const void *cos, const void *sin, const int64_t *pos, const int64_t *rows, void *q,
+             void *kc, void *vc, int64_t Tn, int64_t H, int64_t Hkv, int64_t D, const void *x, int64_t C, float eps, bool fold, void *ks,
              void *vs, const float *parts, int nparts, cudaStream_t s) {
   if (!x) {
     dim3 grid(Tn, H + 2 * Hkv);
     return launch(rope_qkv_kernel<T, false>, grid, static_cast<unsigned>(D / 2), 0, s, static_cast<const T *>(qkv),
-                  static_cast<const T *>(cos), static_cast<const T *>(sin), pos, static_cast<T *>(q),
+                  static_cast<const T *>(cos), static_cast<const T *>(sin), pos, rows, static_cast<T *>(q),
                   static_cast<T *>(kc), static_cast<T *>(vc), H, Hkv, D, static_cast<const T *>(nullptr), 0, eps,
                   fold, static_cast<T *>(ks), static_cast<T *>(vs), parts, nparts);
   }
@@ -381,7 +385,7 @@ int rope_qkv(const void *qkv, const void *cos, const void *sin, const int64_t *p
   int64_t hb = D / 2 >= 256 ? 1 : 256 / (D / 2), heads = H + 2 * Hkv;
   dim3 grid(Tn, (heads + hb - 1) / hb);
   return launch(rope_qkv_kernel<T, true>, grid, static_cast<unsigned>(hb * (D / 2)), 0, s,
-                static_cast<const T *>(qkv), static_cast<const T *>(cos), static_cast<const T *>(sin), pos,
+                static_cast<const T *>(qkv), static_cast<const T *>(cos), static_cast<const T *>(sin), pos, rows,
                 static_cast<T *>(q), static_cast<T *>(kc), static_cast<T *>(vc), H, Hkv, D,
                 static_cast<const T *>(x), static_cast<int>(C), eps, fold, static_cast<T *>(ks), static_cast<T *>(vs),
                 parts, nparts);
@@ -618,18 +622,18 @@ static bool x_ok(const void *x, int64_t C, int dtype) {
   return (reinterpret_cast<uintptr_t>(x) & 15) == 0 && C > 0 && C % E == 0 && C <= 2147483647;
 }
 
-int dtk_rope_qkv(int dtype, const void *qkv, const void *cos, const void *sin, const int64_t *pos, void *q,
-                 void *kcache, void *vcache, int64_t T, int64_t H, int64_t Hkv, int64_t D, const void *x, int64_t C,
+int dtk_rope_qkv(int dtype, const void *qkv, const void *cos, const void *sin, const int64_t *pos,
+                 const int64_t *rows, void *q, void *kcache, void *vcache, int64_t T, int64_t H, int64_t Hkv, int64_t D, const void *x, int64_t C,
                  float eps, int fold_q, void *kside, void *vside, const float *parts, int nparts, void *stream) {
   auto s = static_cast<cudaStream_t>(stream);
   if (D % 2 != 0 || D / 2 > 1024 || (x && !x_ok(x, C, dtype)) || Hkv < 1 || H % Hkv != 0 || !kside != !vside ||
       (parts && (nparts < 1 || nparts > kRopeParts)) || (!parts && !qkv))
     return cudaErrorInvalidValue;
   if (dtype == kBF16)
-    return rope_qkv<__nv_bfloat16>(qkv, cos, sin, pos, q, kcache, vcache, T, H, Hkv, D, x, C, eps, fold_q != 0,
+    return rope_qkv<__nv_bfloat16>(qkv, cos, sin, pos, rows, q, kcache, vcache, T, H, Hkv, D, x, C, eps, fold_q != 0,
                                    kside, vside, parts, nparts, s);
   if (dtype == kF16)
-    return rope_qkv<__half>(qkv, cos, sin, pos, q, kcache, vcache, T, H, Hkv, D, x, C, eps, fold_q != 0, kside,
+    return rope_qkv<__half>(qkv, cos, sin, pos, rows, q, kcache, vcache, T, H, Hkv, D, x, C, eps, fold_q != 0, kside,
                             vside, parts, nparts, s);
   return cudaErrorInvalidValue;
 }

@@ -33,8 +33,10 @@ int dtk_rms_norm(int dtype, const void *x, const void *w, void *out, int64_t row
 // parts (nparts, T, (H + 2 Hkv) D) float32, when not null, stand for qkv
 // (which may then be null): its values are their sum in part order,
 // rounded (dtk_tma_post's QKV phase).
-int dtk_rope_qkv(int dtype, const void *qkv, const void *cos, const void *sin, const int64_t *pos, void *q,
-                 void *kcache, void *vcache, int64_t T, int64_t H, int64_t Hkv, int64_t D, const void *x, int64_t C,
+// rows (T), when not null: token t's key and value go to cache row rows[t]
+// instead of pos[t] (a batched forward's sequence slots).
+int dtk_rope_qkv(int dtype, const void *qkv, const void *cos, const void *sin, const int64_t *pos,
+                 const int64_t *rows, void *q, void *kcache, void *vcache, int64_t T, int64_t H, int64_t Hkv, int64_t D, const void *x, int64_t C,
                  float eps, int fold_q, void *kside, void *vside, const float *parts, int nparts, void *stream);
 
 // out (T, F) = silu(gu[:, :F]) * gu[:, F:], rounding after the SiLU as
