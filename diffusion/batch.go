@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,7 +28,7 @@ type Batcher struct {
 	dec      *model.BatchDecoder
 	cfg      BatchConfig
 
-	slots  chan int        // free slots
+	slots  *slotPool
 	events chan batchEvent // to the loop, which owns the step's state
 	quit   chan struct{}
 	done   chan struct{} // closed when the loop has returned
@@ -105,19 +106,18 @@ func NewBatcher(m *model.Model, s *Settings, c BatchConfig) (*Batcher, error) {
 	}
 	var dec *model.BatchDecoder
 	var err error
-	torch.NoGrad(func() { dec, err = m.NewBatchDecoder(c.Context, c.Seqs) })
+	// Graphs for a block and for a committed block with the next one, as
+	// the Sampler's decoder has: for a sequence alone (step).
+	torch.NoGrad(func() { dec, err = m.NewBatchDecoder(c.Context, c.Seqs, 2*max(s.BlockSize, 1)) })
 	if err != nil {
 		return nil, err
 	}
 	b := &Batcher{
 		model: m, settings: s, dec: dec, cfg: c,
-		slots:  make(chan int, c.Seqs),
+		slots:  newSlotPool(c.Seqs),
 		events: make(chan batchEvent),
 		quit:   make(chan struct{}),
 		done:   make(chan struct{}),
-	}
-	for i := range c.Seqs {
-		b.slots <- i
 	}
 	go b.loop()
 	return b, nil
@@ -145,17 +145,13 @@ func (b *Batcher) Generate(ctx context.Context, prompt []int64, o Options, onBlo
 			ErrContextTooLong, len(prompt), p.maxNew, p.cacheLen, b.cfg.Context)
 	}
 	p.chunk = b.cfg.PrefillChunk
-	var slot int
-	select {
-	case slot = <-b.slots:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-b.quit:
-		return nil, errBatcherClosed
+	slot, err := b.slots.get(ctx, b.quit)
+	if err != nil {
+		return nil, err
 	}
 	eng := &batchEngine{b: b, slot: slot, limit: int64(p.cacheLen)}
 	if !b.send(batchEvent{join: true}) {
-		b.slots <- slot
+		b.slots.put(slot)
 		return nil, errBatcherClosed
 	}
 	if onBlock != nil {
@@ -186,6 +182,16 @@ func (b *Batcher) send(e batchEvent) bool {
 	case <-b.quit:
 		return false
 	}
+}
+
+// Reserve makes, on a GPU, the CUDA graphs of a lone sequence's block
+// steps over the whole context now (model.BatchDecoder.Prepare), as
+// Sampler.Reserve does for its decoder: a server calls it while loading,
+// before any generation.
+func (b *Batcher) Reserve(block int) error {
+	var err error
+	torch.NoGrad(func() { _, err = b.dec.Prepare(block) })
+	return err
 }
 
 // Close stops the loop, fails the sequences still running and frees the
@@ -263,7 +269,9 @@ func (b *Batcher) loop() {
 // waiting for it, once another is.
 const maxGather = 5 * time.Millisecond
 
-// step runs one forward of reqs and hands each its logit rows.
+// step runs one forward of reqs and hands each its logit rows. A
+// sequence alone in slot 0 (the one a lone user gets: slotPool) takes the
+// single-stream decoder's faster path.
 func (b *Batcher) step(reqs []*batchReq) {
 	seqs := make([]torch.BatchSeq, len(reqs))
 	for i, r := range reqs {
@@ -271,7 +279,13 @@ func (b *Batcher) step(reqs []*batchReq) {
 	}
 	b.steps.Add(1)
 	b.seqForwards.Add(int64(len(reqs)))
-	logits, err := b.dec.Forward(seqs) // (sum of Rows, V)
+	var logits *torch.Tensor // (sum of Rows, V)
+	var err error
+	if len(seqs) == 1 && seqs[0].Slot == 0 {
+		logits, err = b.dec.ForwardOne(seqs[0])
+	} else {
+		logits, err = b.dec.Forward(seqs)
+	}
 	if err != nil {
 		for _, r := range reqs {
 			r.out <- batchOut{err: err}
@@ -328,5 +342,46 @@ func (e *batchEngine) room() int64 { return e.limit - e.len }
 // free leaves the batch and gives the slot back.
 func (e *batchEngine) free() {
 	e.b.send(batchEvent{leave: true})
-	e.b.slots <- e.slot
+	e.b.slots.put(e.slot)
+}
+
+// slotPool hands out the KV cache's slots, the lowest free one first, so
+// that a lone sequence is in slot 0, which the single-stream decoder's
+// faster path serves (Batcher.step).
+type slotPool struct {
+	mu    sync.Mutex
+	free  []bool
+	ready chan struct{} // a token for each free slot
+}
+
+func newSlotPool(n int) *slotPool {
+	p := &slotPool{free: make([]bool, n), ready: make(chan struct{}, n)}
+	for i := range n {
+		p.free[i] = true
+		p.ready <- struct{}{}
+	}
+	return p
+}
+
+// get waits for a free slot, or for ctx or quit to end.
+func (p *slotPool) get(ctx context.Context, quit <-chan struct{}) (int, error) {
+	select {
+	case <-p.ready:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-quit:
+		return 0, errBatcherClosed
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	i := slices.Index(p.free, true)
+	p.free[i] = false
+	return i, nil
+}
+
+func (p *slotPool) put(i int) {
+	p.mu.Lock()
+	p.free[i] = true
+	p.mu.Unlock()
+	p.ready <- struct{}{}
 }

@@ -181,3 +181,30 @@ func TestBatcherErrors(t *testing.T) {
 		t.Error("a batch of no sequences was made")
 	}
 }
+
+// Slots go lowest first, so that a lone sequence is in slot 0 (the
+// single-stream decoder's).
+func TestSlotPool(t *testing.T) {
+	p := newSlotPool(3)
+	ctx := context.Background()
+	get := func() int {
+		i, err := p.get(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return i
+	}
+	if a, b, c := get(), get(), get(); a != 0 || b != 1 || c != 2 {
+		t.Fatalf("slots %d, %d, %d; want 0, 1, 2", a, b, c)
+	}
+	p.put(2)
+	p.put(0)
+	if a, b := get(), get(); a != 0 || b != 2 {
+		t.Errorf("after freeing 2 then 0: %d, %d; want 0, 2", a, b)
+	}
+	short, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
+	defer cancel()
+	if _, err := p.get(short, nil); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("no free slot: %v, want the deadline", err)
+	}
+}

@@ -179,8 +179,9 @@ type BatchDecoder struct {
 }
 
 // NewBatchDecoder builds a batch decoder whose KV cache holds seqs
-// sequences of up to maxLen positions.
-func (m *Model) NewBatchDecoder(maxLen, seqs int) (d *BatchDecoder, err error) {
+// sequences of up to maxLen positions, with graphs as NewDecoder's for
+// ForwardOne.
+func (m *Model) NewBatchDecoder(maxLen, seqs, graphs int) (d *BatchDecoder, err error) {
 	defer torch.Recover(&err)
 	if maxLen < 1 || seqs < 1 {
 		return nil, fmt.Errorf("decoder: %d sequences of %d positions", seqs, maxLen)
@@ -190,7 +191,7 @@ func (m *Model) NewBatchDecoder(maxLen, seqs int) (d *BatchDecoder, err error) {
 	defer positions.Free()
 	cos, sin := torch.RopeTables(m.invFreq, positions, m.Config.RopeAttentionScale(), m.DType)
 	defer torch.Free(cos, sin)
-	spec := m.decoderSpec(cos, sin, 0)
+	spec := m.decoderSpec(cos, sin, graphs)
 	spec.Seqs = seqs
 	return &BatchDecoder{d: torch.NewDecoder(spec), Max: int64(maxLen), Seqs: int64(seqs)}, nil
 }
@@ -207,6 +208,31 @@ func (d *BatchDecoder) Forward(seqs []torch.BatchSeq) (logits *torch.Tensor, err
 		}
 	}
 	return d.d.ForwardBatch(seqs), nil
+}
+
+// ForwardOne runs s, a sequence of slot 0, alone through the
+// single-stream decoder (Decoder.Forward's path: on a GPU its fused
+// forward and CUDA graphs, which a batch does not have): what Forward
+// gives for a batch of s alone, up to rounding, faster.
+func (d *BatchDecoder) ForwardOne(s torch.BatchSeq) (logits *torch.Tensor, err error) {
+	defer torch.Recover(&err)
+	if s.Slot != 0 || len(s.IDs) == 0 || s.Pos < 0 || s.Pos+int64(len(s.IDs)) > d.Max ||
+		s.Causal < 0 || s.Causal > len(s.IDs) || s.Rows < 0 || s.Rows > len(s.IDs) {
+		return nil, fmt.Errorf("decoder: a sequence alone in slot %d: %d tokens at %d (%d causal, %d rows), context %d",
+			s.Slot, len(s.IDs), s.Pos, s.Causal, s.Rows, d.Max)
+	}
+	return d.d.Forward(s.IDs, s.Pos, s.Causal, s.Rows), nil
+}
+
+// Prepare makes ForwardOne's CUDA graphs for blocks of block tokens over
+// the whole context now (Decoder.Prepare); it runs forwards in slot 0, so
+// it must come before any sequence uses the decoder.
+func (d *BatchDecoder) Prepare(block int) (n int, err error) {
+	defer torch.Recover(&err)
+	if block < 1 {
+		return 0, fmt.Errorf("decoder: block of %d tokens", block)
+	}
+	return d.d.Prepare(int64(block), d.Max), nil
 }
 
 // Free releases the decoder and its KV cache.

@@ -245,7 +245,7 @@ func TestBatchDecoderCUDA(t *testing.T) {
 	steps := [][]int64{ids(block), ids(2 * block), ids(block)}
 	causal := []int{0, block, 0}
 	slots := []int{2, 0, 1}
-	b, err := m16.NewBatchDecoder(ctx, len(slots))
+	b, err := m16.NewBatchDecoder(ctx, len(slots), 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -230,7 +230,7 @@ func TestBatchDecoderMatchesAlone(t *testing.T) {
 		d.Free()
 	}
 	// 2. Together.
-	b, err := m.NewBatchDecoder(40, 3)
+	b, err := m.NewBatchDecoder(40, 3, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,5 +245,45 @@ func TestBatchDecoderMatchesAlone(t *testing.T) {
 		if _, err := b.Forward([]torch.BatchSeq{s}); err == nil {
 			t.Errorf("%+v: no error", s)
 		}
+	}
+}
+
+// A sequence alone in slot 0 runs through the single-stream decoder
+// (ForwardOne) and gets what a Decoder of its own gives; another slot is
+// an error.
+func TestBatchDecoderForwardOne(t *testing.T) {
+	m, e := loadTiny(t)
+	defer m.Free()
+	prompt, block := e.InputIDs[:9], []int64{5, 6, 7, 8}
+	d, err := m.NewDecoder(40, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Free()
+	decoderRows(t, d, prompt, len(prompt))
+	if err := d.Commit(int64(len(prompt))); err != nil {
+		t.Fatal(err)
+	}
+	want := decoderRows(t, d, block, 0)
+	b, err := m.NewBatchDecoder(40, 2, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free()
+	if l, err := b.ForwardOne(torch.BatchSeq{IDs: prompt, Causal: len(prompt)}); err != nil || l != nil {
+		t.Fatalf("prompt: %v, %v", l, err)
+	}
+	logits, err := b.ForwardOne(torch.BatchSeq{IDs: block, Pos: int64(len(prompt)), Rows: len(block)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logits.Free()
+	l := logits.Reshape(1, int64(len(block)), -1)
+	defer l.Free()
+	if e := rowRelErr(rows(t, l), want); e > 1e-6 {
+		t.Errorf("ForwardOne differs from a decoder alone by %.2e", e)
+	}
+	if _, err := b.ForwardOne(torch.BatchSeq{Slot: 1, IDs: block}); err == nil {
+		t.Error("ForwardOne in slot 1: no error")
 	}
 }

@@ -177,6 +177,7 @@ func (c *Checked) Load(ctx context.Context, o LoadOptions) (m *Model, err error)
 	}
 	var gen generator
 	var sampler *diffusion.Sampler
+	var batcher *diffusion.Batcher
 	var stats func() diffusion.BatchStats
 	closeModel := lm.Free
 	if o.MaxNumSeqs > 1 {
@@ -187,7 +188,7 @@ func (c *Checked) Load(ctx context.Context, o LoadOptions) (m *Model, err error)
 			return nil, fmt.Errorf("the KV cache of %d sequences of %d positions (%.1f GiB): %w; lower --max-num-seqs or --max-model-len, or cap it with --kv-cache-gb",
 				seqs, ctxLen, gib, err)
 		}
-		gen, closeModel, stats = b, func() { b.Close(); lm.Free() }, b.Stats
+		gen, batcher, closeModel, stats = b, b, func() { b.Close(); lm.Free() }, b.Stats
 	} else {
 		sampler = diffusion.NewSampler(lm, c.Settings)
 		gen = sampler
@@ -207,22 +208,23 @@ func (c *Checked) Load(ctx context.Context, o LoadOptions) (m *Model, err error)
 		BatchStats:    stats,
 		Close:         closeModel,
 	}
-	if o.Warmup && o.Device.CUDA && sampler == nil {
+	if o.Warmup && o.Device.CUDA {
+		// The KV cache for the whole context now, with the graphs of long
+		// contexts' block steps (in a batch, a lone request's: slot 0 runs
+		// the single-stream path), and one short generation: no request
+		// waits for them. (On the CPU there are no graphs, and the
+		// single-stream cache grows as requests need it.)
+		if batcher != nil {
+			err = batcher.Reserve(c.Settings.BlockSize)
+		} else {
+			err = sampler.Reserve(m.ContextLength, c.Settings.BlockSize)
+		}
+		if err != nil {
+			m.Close()
+			return nil, fmt.Errorf("reserving the decoder for %d positions: %w", m.ContextLength, err)
+		}
 		if err := warmup(ctx, m, c.Settings.BlockSize); err != nil {
 			m.Close()
-			return nil, fmt.Errorf("warm-up generation: %w", err)
-		}
-	}
-	if o.Warmup && o.Device.CUDA && sampler != nil {
-		// The decoder for the whole context now, with the graphs of long
-		// contexts' block steps: no request waits for them. (On the CPU
-		// there are no graphs, and the cache grows as requests need it.)
-		if err := sampler.Reserve(m.ContextLength, c.Settings.BlockSize); err != nil {
-			lm.Free()
-			return nil, fmt.Errorf("reserving the KV cache for %d positions: %w", m.ContextLength, err)
-		}
-		if err := warmup(ctx, m, c.Settings.BlockSize); err != nil {
-			lm.Free()
 			return nil, fmt.Errorf("warm-up generation: %w", err)
 		}
 	}
