@@ -296,6 +296,40 @@ func TestBatchDecoderCUDA(t *testing.T) {
 			t.Errorf("sequence %d: batched %.2e from float32, alone %.2e", i, eb, ea)
 		}
 	}
+	// A new sequence alone in slot 0 (ForwardOne: the single-stream path,
+	// whose cuDNN attention past 1024 keys reads the slots past the
+	// context and needs them zero) ends before where the batch wrote slot
+	// 0 (1164): it gets what a fresh decoder gives.
+	prompt, next := ids(1050), ids(block)
+	fresh, err := m16.NewDecoder(ctx, 2*block)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Free()
+	var want, got1 [][]float64
+	torch.NoGrad(func() {
+		if _, err := fresh.Forward(prompt, len(prompt), 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := fresh.Commit(int64(len(prompt))); err != nil {
+			t.Fatal(err)
+		}
+		want = decoderRows(t, fresh, next, 0)
+		if _, err := b.ForwardOne(torch.BatchSeq{IDs: prompt, Causal: len(prompt)}); err != nil {
+			t.Fatal(err)
+		}
+		logits, err := b.ForwardOne(torch.BatchSeq{IDs: next, Pos: int64(len(prompt)), Rows: len(next)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer logits.Free()
+		l := logits.Reshape(1, int64(len(next)), -1)
+		defer l.Free()
+		got1 = rows(t, l)
+	})
+	if e := rowRelErr(got1, want); e > 1e-3 {
+		t.Errorf("a new sequence alone in slot 0 after the batch: %.2e from a fresh decoder", e)
+	}
 }
 
 // randomIDs returns a source of n random token ids of cfg's vocabulary, the

@@ -555,6 +555,10 @@ struct Decoder {
       off += s.n;
     }
     TORCH_CHECK(off == N, "decoder: the batch's sequences hold ", off, " tokens, ids ", N);
+    // Slot 0 is also the single-stream forward's cache, whose cuDNN path
+    // needs the slots past what was written zero (clear_past).
+    for (auto &s : b)
+      if (s.slot == 0) written = std::max(written, s.pos + s.n);
     auto dev = ids.device();
     auto positions = at::tensor(inpos, at::kLong).to(dev);
     auto cache_rows = at::tensor(rows, at::kLong).to(dev);
