@@ -126,7 +126,7 @@ func NewBatcher(m *model.Model, s *Settings, c BatchConfig) (*Batcher, error) {
 // Defaults are the options dllm.json asks for that a zero value cannot
 // express (Sampler.Defaults).
 func (b *Batcher) Defaults() Options {
-	return (&Sampler{settings: b.settings}).Defaults()
+	return defaults(b.settings)
 }
 
 // errBatcherClosed answers the sequences of a closed Batcher.
@@ -136,7 +136,7 @@ var errBatcherClosed = errors.New("diffusion: the batcher is closed")
 // a free slot (or ctx), then generates beside the other sequences.
 func (b *Batcher) Generate(ctx context.Context, prompt []int64, o Options, onBlock BlockFunc) (res *Result, err error) {
 	start := time.Now()
-	p, err := (&Sampler{model: b.model, settings: b.settings}).resolve(prompt, o)
+	p, err := resolve(b.model, b.settings, prompt, o)
 	if err != nil {
 		return nil, err
 	}

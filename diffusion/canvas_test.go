@@ -214,7 +214,7 @@ func TestResolve(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			p, err := NewSampler(m, st).resolve(prompt, c.o)
+			p, err := resolve(m, st, prompt, c.o)
 			if err != nil {
 				t.Fatal(err)
 			}

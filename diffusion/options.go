@@ -3,6 +3,8 @@ package diffusion
 import (
 	"errors"
 	"fmt"
+
+	"dllm/model"
 )
 
 // ErrContextTooLong is the error, wrapped with the numbers, for a prompt
@@ -42,12 +44,12 @@ type plan struct {
 	shift       bool
 }
 
-// resolve fills o's defaults and checks o and the prompt.
-func (s *Sampler) resolve(prompt []int64, o Options) (plan, error) {
+// resolve fills o's defaults from st and m and checks o and the prompt.
+func resolve(m *model.Model, st *Settings, prompt []int64, o Options) (plan, error) {
 	bad := func(format string, args ...any) (plan, error) {
 		return plan{}, fmt.Errorf("diffusion: %w: "+format, append([]any{ErrInvalidRequest}, args...)...)
 	}
-	cfg, st := s.model.Config, s.settings
+	cfg := m.Config
 	// 1. The prompt.
 	if len(prompt) == 0 {
 		return bad("empty prompt")

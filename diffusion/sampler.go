@@ -48,8 +48,11 @@ func ARSettings() *Settings {
 // express (temperature, top-p and verify); callers start from them and
 // override what a request sets. The other zero fields already mean
 // dllm.json's.
-func (s *Sampler) Defaults() Options {
-	g := s.settings.Generation
+func (s *Sampler) Defaults() Options { return defaults(s.settings) }
+
+// defaults is Defaults for a model run as st.
+func defaults(st *Settings) Options {
+	g := st.Generation
 	return Options{Temperature: g.Temperature, TopP: g.TopP, Verify: g.Verify}
 }
 
@@ -60,7 +63,7 @@ func (s *Sampler) Defaults() Options {
 // ErrContextTooLong.
 func (s *Sampler) Generate(ctx context.Context, prompt []int64, o Options, onBlock BlockFunc) (res *Result, err error) {
 	start := time.Now()
-	p, err := s.resolve(prompt, o)
+	p, err := resolve(s.model, s.settings, prompt, o)
 	if err != nil {
 		return nil, err
 	}

@@ -81,7 +81,7 @@ func TestCachedStepMatchesFullForward(t *testing.T) {
 		s := NewSampler(m, tinySettings(B, shift))
 		s.Eager = c.engine == "eager"
 		defer s.Close()
-		p, err := s.resolve(prompt, Options{MaxNewTokens: 2 * B})
+		p, err := resolve(s.model, s.settings, prompt, Options{MaxNewTokens: 2 * B})
 		if err != nil {
 			t.Fatal(err)
 		}
