@@ -11,9 +11,18 @@ Last, the end-to-end point: `dllm bench decode --server` with exactly
 generation after a long prompt, and the server's GPU memory at that context.
 
 Usage: python3 scripts/gpu_serve_bench.py [--long 8000] [--e2e-prompt 16000] [--e2e-tokens 16000] [--e2e-only]
+                                          [--serve-args "--max-num-seqs 64 --max-model-len 9216"] [--clients 1,8,32,64]
   --e2e-prompt is dllm bench decode's --prompt-tokens (common English words: tiny-llama's
   tokenizer makes ~2.7 tokens of each);
-  --e2e-only skips the chat completion timings.
+  --e2e-only skips the chat completion timings;
+  --serve-args are passed to serve.sh (continuous batching: --max-num-seqs);
+  --clients adds `dllm bench decode --server --clients` (that many streaming
+  clients at once, 3 tokens a step, --clients-tokens each after a
+  --clients-prompt prompt) and skips the single-stream points;
+  --distill N instead serves the weights converted with blocks of 1 (the
+  recipe's AR teacher) with --serve-args and times `dllm data distill` of N
+  prompts against it (--clients-tokens an answer, the concurrency the
+  server reports).
 """
 import argparse, json, os, shutil, subprocess, sys, time, urllib.request
 
@@ -46,6 +55,11 @@ def main():
     ap.add_argument("--e2e-prompt", type=int, default=16000)
     ap.add_argument("--e2e-tokens", type=int, default=16000)
     ap.add_argument("--e2e-only", action="store_true")
+    ap.add_argument("--serve-args", default="")
+    ap.add_argument("--clients", default="")
+    ap.add_argument("--clients-prompt", type=int, default=300)
+    ap.add_argument("--clients-tokens", type=int, default=1024)
+    ap.add_argument("--distill", type=int, default=0)
     a = ap.parse_args()
     rows = []
     ar, dm = "/tmp/minicpm-ar", "/tmp/minicpm-dllm"
@@ -66,8 +80,13 @@ def main():
                    check=True)
     rows.append(("dllm convert 5 GB (hard link + full sha256)", f"{time.time() - t0:.1f} s"))
 
+    if a.distill:
+        # The recipe's teacher: the AR original as a dllm model with blocks of 1.
+        shutil.rmtree(dm, ignore_errors=True)
+        subprocess.run(["bin/dllm", "convert", "--from", ar, "--out", dm, "--preset", "configs/minicpm5-2b.yaml",
+                        "--block-size", "1"], check=True)
     t0 = time.time()
-    srv = subprocess.Popen(["./serve.sh", "--model", dm, "--port", str(PORT), "--host", "127.0.0.1"])
+    srv = subprocess.Popen(["./serve.sh", "--model", dm, "--port", str(PORT), "--host", "127.0.0.1", *a.serve_args.split()])
     while health() != 200:
         if srv.poll() is not None:
             sys.exit(f"serve.sh exited with {srv.returncode}")
@@ -80,6 +99,42 @@ def main():
     _, dt = post("/v1/chat/completions", {"messages": msgs, "max_tokens": 8})
     rows.append(("first request (8 tokens)", f"{dt:.2f} s"))
 
+    if a.distill:
+        words = "the of and to in is that for it as was with be by on not he this are or his".split()
+        with open("/tmp/distill-prompts.jsonl", "w") as f:
+            for i in range(a.distill):
+                text = " ".join(words[(i * 7 + j) % len(words)] for j in range(a.clients_prompt // 2))
+                f.write(json.dumps({"id": f"p{i}", "messages": [{"role": "user", "content": "Continue: " + text}]}) + "\n")
+        if os.path.exists("/tmp/distill-out.jsonl"):
+            os.remove("/tmp/distill-out.jsonl")
+        t0 = time.time()
+        out = subprocess.run(["bin/dllm", "data", "distill", "--teacher", f"http://127.0.0.1:{PORT}",
+                              "--prompts", "/tmp/distill-prompts.jsonl", "--out", "/tmp/distill-out.jsonl",
+                              "--max-tokens", str(a.clients_tokens), "--temperature", "0.6"], capture_output=True, text=True)
+        dt = time.time() - t0
+        print(out.stdout, out.stderr[-3000:], flush=True)
+        toks = 0
+        with open("/tmp/distill-out.jsonl") as f:
+            for line in f:
+                toks += json.loads(line).get("usage", {}).get("completion_tokens", 0)
+        rows.append((f"distill {a.distill} prompts from the AR teacher ({a.serve_args or 'one stream'})",
+                     f"{toks} answer tokens (usage) in {dt:.1f} s = {toks / dt:.0f} tok/s; last log: "
+                     + (out.stderr.strip().splitlines() or ["-"])[-1]))
+        a.clients = ""
+    if a.clients:
+        out = subprocess.run(["bin/dllm", "bench", "decode", "--server", f"http://127.0.0.1:{PORT}", "--clients", a.clients,
+                              "--prompt-tokens", str(a.clients_prompt), "--max-tokens", str(a.clients_tokens),
+                              "--tokens-per-step", "3", "--requests", "2"], capture_output=True, text=True)
+        print(out.stdout, out.stderr, flush=True)
+        for l in out.stdout.splitlines()[1:]:
+            rows.append((f"{l.split()[0]} clients at once (clients, requests, tokens, tok/s, stream tok/s, ttft ms, s)", l))
+    if a.clients or a.distill:
+        srv.terminate()
+        srv.wait(timeout=30)
+        print("\n== summary (MiniCPM5-2B shape, random bf16 weights)")
+        for k, v in rows:
+            print(f"{k:55s} {v}")
+        return
     for n, th, name in () if a.e2e_only else ((1000, None, "default threshold 0.9"), (1000, 1e-6, "threshold 1e-6: whole block per step"),
                         (a.long, 1e-6, "threshold 1e-6: whole block per step"), (a.long, None, "default threshold 0.9")):
         body = {"messages": msgs, "max_tokens": n, "temperature": 0}
