@@ -166,28 +166,34 @@ func TestLoadVerifies(t *testing.T) {
 }
 
 // --kv-cache-gb caps the sequences run at once by their slots' bytes, and
-// one that cannot hold a single slot says what to change.
+// without it a GPU's free memory (less the forwards' headroom) does; one
+// that cannot hold a single slot says what to change.
 func TestSlots(t *testing.T) {
 	cfg, err := model.LoadConfig(tinyDir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := &Checked{Config: cfg}
-	slot := float64(cfg.KVBytesPerToken(4)*64) / (1 << 30) // f32, 64 positions
+	slotBytes := cfg.KVBytesPerToken(4) * 64 // f32, 64 positions
+	slot := float64(slotBytes) / (1 << 30)
 	for _, tc := range []struct {
 		seqs int
 		gb   float64
+		free int64
 		want int
 	}{
-		{0, 0, 1}, {1, 0, 1}, {8, 0, 8},
-		{8, 3.5 * slot, 3}, {8, 100 * slot, 8}, {2, 1.01 * slot, 1}, {2, 0.9 * slot, 0},
+		{0, 0, 0, 1}, {1, 0, 0, 1}, {8, 0, 0, 8},
+		{8, 3.5 * slot, 0, 3}, {8, 100 * slot, 0, 8}, {2, 1.01 * slot, 0, 1}, {2, 0.9 * slot, 0, 0},
+		{8, 0, kvHeadroom + 7*slotBytes/2, 3}, {2, 0, kvHeadroom + 100*slotBytes, 2}, {2, 0, kvHeadroom + slotBytes/2, 0},
+		{8, 2.5 * slot, kvHeadroom + 100*slotBytes, 2}, // --kv-cache-gb wins
+		{1, 0, kvHeadroom / 2, 1},                      // one stream: the single-stream decoder sizes its own
 	} {
-		n, err := c.Slots(LoadOptions{DType: torch.Float32, MaxModelLen: 64, MaxNumSeqs: tc.seqs, KVCacheGB: tc.gb})
+		n, err := c.Slots(LoadOptions{DType: torch.Float32, MaxModelLen: 64, MaxNumSeqs: tc.seqs, KVCacheGB: tc.gb}, tc.free)
 		switch {
 		case tc.want == 0 && (err == nil || !strings.Contains(err.Error(), "--max-model-len")):
-			t.Errorf("%d seqs in %.2g GiB: %d, %v; want an error naming --max-model-len", tc.seqs, tc.gb, n, err)
+			t.Errorf("%d seqs in %.2g GiB, %d free: %d, %v; want an error naming --max-model-len", tc.seqs, tc.gb, tc.free, n, err)
 		case tc.want > 0 && (err != nil || n != tc.want):
-			t.Errorf("%d seqs in %.2g GiB: %d, %v; want %d", tc.seqs, tc.gb, n, err, tc.want)
+			t.Errorf("%d seqs in %.2g GiB, %d free: %d, %v; want %d", tc.seqs, tc.gb, tc.free, n, err, tc.want)
 		}
 	}
 }

@@ -64,7 +64,7 @@ func Run(ctx context.Context, ln net.Listener, cfg Config, load Loader) error {
 		s.SetModel(m)
 		d := m.Defaults
 		s.log.Info("ready", "model", cfg.ModelName, "url", URL(ln.Addr()), "load_time", time.Since(start).Round(time.Millisecond), "context", m.ContextLength,
-			"block", d.BlockSize, "threshold", d.Threshold, "verify", d.Verify)
+			"block", d.BlockSize, "threshold", d.Threshold, "verify", d.Verify, "max_num_seqs", max(m.MaxNumSeqs, 1))
 		loaded <- nil
 	}()
 

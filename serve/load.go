@@ -106,28 +106,46 @@ type LoadOptions struct {
 	MaxNumSeqs int
 	// KVCacheGB, when positive, caps the batch's KV cache in GiB: fewer
 	// sequences than MaxNumSeqs run at once when their slots need more.
+	// 0 on a GPU: the free memory after the weights, less kvHeadroom.
 	KVCacheGB float64
 	// MaxNumBatchedTokens caps the tokens of one batched forward (prompt
 	// chunks and blocks together); 0 = diffusion.BatchConfig's default.
 	MaxNumBatchedTokens int
 }
 
+// kvHeadroom is the GPU memory a batch's KV cache leaves free when
+// KVCacheGB does not size it: the forwards' activations, the logits of
+// every row (64 sequences of 32-token blocks: 0.5 GB for MiniCPM5-2B's
+// vocabulary), the CUDA graphs.
+const kvHeadroom = 3 << 30
+
 // Slots is how many sequences of the served context run at once under o:
-// MaxNumSeqs, fewer when KVCacheGB cannot hold them. An error says what
-// to change when it cannot hold one.
-func (c *Checked) Slots(o LoadOptions) (int, error) {
+// MaxNumSeqs, fewer when their KV cache slots need more than KVCacheGB,
+// or, without it, than free bytes (the GPU's free memory after the
+// weights; 0: unknown, no cap) less kvHeadroom. An error says what to
+// change when not even one fits.
+func (c *Checked) Slots(o LoadOptions, free int64) (int, error) {
 	seqs := max(o.MaxNumSeqs, 1)
-	if o.KVCacheGB <= 0 {
-		return seqs, nil
-	}
 	ctxLen := c.ContextLength(o.MaxModelLen)
 	slot := c.Config.KVBytesPerToken(o.DType.Size()) * int64(ctxLen)
-	n := int(o.KVCacheGB * (1 << 30) / float64(slot))
-	if n < 1 {
-		return 0, fmt.Errorf("--kv-cache-gb %g cannot hold one sequence of the context of %d positions (%.2f GiB): raise it or lower --max-model-len",
-			o.KVCacheGB, ctxLen, float64(slot)/(1<<30))
+	gib := func(b int64) float64 { return float64(b) / (1 << 30) }
+	switch {
+	case o.KVCacheGB > 0:
+		n := int(o.KVCacheGB * (1 << 30) / float64(slot))
+		if n < 1 {
+			return 0, fmt.Errorf("--kv-cache-gb %g cannot hold one sequence of the context of %d positions (%.2f GiB): raise it or lower --max-model-len",
+				o.KVCacheGB, ctxLen, gib(slot))
+		}
+		return min(n, seqs), nil
+	case seqs > 1 && free > 0:
+		n := int((free - kvHeadroom) / slot)
+		if n < 1 {
+			return 0, fmt.Errorf("the GPU's %.1f GiB free after the weights cannot hold one sequence of the context of %d positions (%.2f GiB) and %.0f GiB for the forwards: lower --max-model-len",
+				gib(free), ctxLen, gib(slot), gib(kvHeadroom))
+		}
+		return min(n, seqs), nil
 	}
-	return min(n, seqs), nil
+	return seqs, nil
 }
 
 // ContextLength is the context a model is served with.
@@ -170,7 +188,14 @@ func (c *Checked) Load(ctx context.Context, o LoadOptions) (m *Model, err error)
 		return nil, err
 	}
 	ctxLen := c.ContextLength(o.MaxModelLen)
-	seqs, err := c.Slots(o)
+	var free int64
+	if o.Device.CUDA && o.MaxNumSeqs > 1 && o.KVCacheGB <= 0 {
+		if free, _, err = torch.CUDAMemInfo(o.Device.Index); err != nil {
+			lm.Free()
+			return nil, err
+		}
+	}
+	seqs, err := c.Slots(o, free)
 	if err != nil {
 		lm.Free()
 		return nil, err

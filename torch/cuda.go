@@ -39,6 +39,16 @@ func CUDAMemStats(dev int) (MemStats, error) {
 	return MemStats{int64(a), int64(r), int64(p)}, err
 }
 
+// CUDAMemInfo is GPU dev's free and total memory in bytes (free does not
+// count what the caching allocator holds unused: Reserved - Allocated).
+func CUDAMemInfo(dev int) (free, total int64, err error) {
+	var f, t C.int64_t
+	err = Try(func() {
+		do("cuda_mem_info", func() C.dt_err { return C.dtl_cuda_mem_info(C.int(dev), &f, &t) })
+	})
+	return int64(f), int64(t), err
+}
+
 // EmptyCache returns the allocator's cached, unused GPU memory to the driver.
 func EmptyCache() error {
 	return Try(func() { do("cuda_empty_cache", func() C.dt_err { return C.dtl_cuda_empty_cache() }) })

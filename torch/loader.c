@@ -33,6 +33,8 @@ static dt_err (*p_cuda_memory_stats)(int device, int64_t *allocated, int64_t *re
 dt_err dtl_cuda_memory_stats(int device, int64_t *allocated, int64_t *reserved, int64_t *peak) { return p_cuda_memory_stats(device, allocated, reserved, peak); }
 static dt_err (*p_cuda_empty_cache)(void);
 dt_err dtl_cuda_empty_cache(void) { return p_cuda_empty_cache(); }
+static dt_err (*p_cuda_mem_info)(int device, int64_t *free_bytes, int64_t *total_bytes);
+dt_err dtl_cuda_mem_info(int device, int64_t *free_bytes, int64_t *total_bytes) { return p_cuda_mem_info(device, free_bytes, total_bytes); }
 static void (*p_free)(dt_tensor t);
 void dtl_free(dt_tensor t) { p_free(t); }
 static dt_err (*p_from_data)(const void *data, size_t nbytes, int dtype, const int64_t *shape, int ndim, int device_type, int device_index, dt_tensor *out);
@@ -224,6 +226,7 @@ const char *dtl_open(const char *path) {
   RESOLVE(cuda_synchronize)
   RESOLVE(cuda_memory_stats)
   RESOLVE(cuda_empty_cache)
+  RESOLVE(cuda_mem_info)
   RESOLVE(free)
   RESOLVE(from_data)
   RESOLVE(new)

@@ -20,6 +20,7 @@ int dtl_cuda_device_count(void);
 dt_err dtl_cuda_synchronize(int device);
 dt_err dtl_cuda_memory_stats(int device, int64_t *allocated, int64_t *reserved, int64_t *peak);
 dt_err dtl_cuda_empty_cache(void);
+dt_err dtl_cuda_mem_info(int device, int64_t *free_bytes, int64_t *total_bytes);
 void dtl_free(dt_tensor t);
 dt_err dtl_from_data(const void *data, size_t nbytes, int dtype, const int64_t *shape, int ndim, int device_type, int device_index, dt_tensor *out);
 dt_err dtl_new(int fill, double value, int dtype, const int64_t *shape, int ndim, int device_type, int device_index, dt_tensor *out);

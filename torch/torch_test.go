@@ -565,6 +565,9 @@ func TestCUDAOnCPUBuild(t *testing.T) {
 	if _, err := CUDAMemStats(0); err == nil {
 		t.Fatal("memory stats without CUDA should be an error")
 	}
+	if _, _, err := CUDAMemInfo(0); err == nil {
+		t.Fatal("free memory without CUDA should be an error")
+	}
 	if err := Try(func() { Zeros([]int64{1}, Float32, CUDA(0)) }); err == nil {
 		t.Fatal("allocating on a missing GPU should be an error")
 	}

@@ -37,6 +37,21 @@ dt_err dt_cuda_synchronize(int device) {
   });
 }
 
+dt_err dt_cuda_mem_info(int device, int64_t *free_bytes, int64_t *total_bytes) {
+  return guard([&] {
+#ifdef DLLM_CUDA
+    c10::cuda::CUDAGuard g(static_cast<c10::DeviceIndex>(device));
+    size_t f = 0, t = 0;
+    auto e = cudaMemGetInfo(&f, &t);
+    TORCH_CHECK(e == cudaSuccess, "cudaMemGetInfo: ", cudaGetErrorString(e));
+    *free_bytes = static_cast<int64_t>(f), *total_bytes = static_cast<int64_t>(t);
+#else
+    (void)device; (void)free_bytes; (void)total_bytes;
+    TORCH_CHECK(false, "this libdllmtorch was built without CUDA");
+#endif
+  });
+}
+
 dt_err dt_cuda_memory_stats(int device, int64_t *allocated, int64_t *reserved, int64_t *peak) {
   return guard([&] {
 #ifdef DLLM_CUDA

@@ -78,6 +78,9 @@ dt_err dt_cuda_synchronize(int device);
 dt_err dt_cuda_memory_stats(int device, int64_t *allocated, int64_t *reserved,
                             int64_t *peak);
 dt_err dt_cuda_empty_cache(void);
+/* The device's free and total memory in bytes (cudaMemGetInfo): free does
+ * not count what the caching allocator holds unused. */
+dt_err dt_cuda_mem_info(int device, int64_t *free_bytes, int64_t *total_bytes);
 
 /* --- tensors ------------------------------------------------------------ */
 void dt_free(dt_tensor t);
