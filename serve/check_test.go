@@ -176,19 +176,23 @@ func TestSlots(t *testing.T) {
 	c := &Checked{Config: cfg}
 	slotBytes := cfg.KVBytesPerToken(4) * 64 // f32, 64 positions
 	slot := float64(slotBytes) / (1 << 30)
+	// The folded QKV and gate-up weights' copies, in f32.
+	fold := int64(cfg.NumHiddenLayers*((cfg.NumAttentionHeads+2*cfg.NumKeyValueHeads)*cfg.HeadDim+2*cfg.IntermediateSize)*cfg.HiddenSize) * 4
 	for _, tc := range []struct {
-		seqs int
-		gb   float64
-		free int64
-		want int
+		seqs   int
+		gb     float64
+		free   int64
+		want   int
+		folded bool // the norm folded into the weights (not --no-norm-fold)
 	}{
-		{0, 0, 0, 1}, {1, 0, 0, 1}, {8, 0, 0, 8},
-		{8, 3.5 * slot, 0, 3}, {8, 100 * slot, 0, 8}, {2, 1.01 * slot, 0, 1}, {2, 0.9 * slot, 0, 0},
-		{8, 0, kvHeadroom + 7*slotBytes/2, 3}, {2, 0, kvHeadroom + 100*slotBytes, 2}, {2, 0, kvHeadroom + slotBytes/2, 0},
-		{8, 2.5 * slot, kvHeadroom + 100*slotBytes, 2}, // --kv-cache-gb wins
-		{1, 0, kvHeadroom / 2, 1},                      // one stream: the single-stream decoder sizes its own
+		{0, 0, 0, 1, false}, {1, 0, 0, 1, false}, {8, 0, 0, 8, false},
+		{8, 3.5 * slot, 0, 3, false}, {8, 100 * slot, 0, 8, false}, {2, 1.01 * slot, 0, 1, false}, {2, 0.9 * slot, 0, 0, false},
+		{8, 0, kvHeadroom + 7*slotBytes/2, 3, false}, {2, 0, kvHeadroom + 100*slotBytes, 2, false}, {2, 0, kvHeadroom + slotBytes/2, 0, false},
+		{8, 2.5 * slot, kvHeadroom + 100*slotBytes, 2, false}, // --kv-cache-gb wins
+		{1, 0, kvHeadroom / 2, 1, false},                      // one stream: the single-stream decoder sizes its own
+		{8, 0, kvHeadroom + fold + 7*slotBytes/2, 3, true}, {8, 0, kvHeadroom + 7*slotBytes/2, 0, true},
 	} {
-		n, err := c.Slots(LoadOptions{DType: torch.Float32, MaxModelLen: 64, MaxNumSeqs: tc.seqs, KVCacheGB: tc.gb}, tc.free)
+		n, err := c.Slots(LoadOptions{DType: torch.Float32, MaxModelLen: 64, MaxNumSeqs: tc.seqs, KVCacheGB: tc.gb, NoNormFold: !tc.folded}, tc.free)
 		switch {
 		case tc.want == 0 && (err == nil || !strings.Contains(err.Error(), "--max-model-len")):
 			t.Errorf("%d seqs in %.2g GiB, %d free: %d, %v; want an error naming --max-model-len", tc.seqs, tc.gb, tc.free, n, err)

@@ -138,10 +138,18 @@ func (c *Checked) Slots(o LoadOptions, free int64) (int, error) {
 		}
 		return min(n, seqs), nil
 	case seqs > 1 && free > 0:
-		n := int((free - kvHeadroom) / slot)
+		// The decoder's copies of the QKV and gate-up weights with the
+		// RMSNorm folded in come after the free memory was read.
+		keep := int64(kvHeadroom)
+		if !o.NoNormFold {
+			cfg := c.Config
+			keep += int64(cfg.NumHiddenLayers) * int64((cfg.NumAttentionHeads+2*cfg.NumKeyValueHeads)*cfg.HeadDim+2*cfg.IntermediateSize) *
+				int64(cfg.HiddenSize) * int64(o.DType.Size())
+		}
+		n := int((free - keep) / slot)
 		if n < 1 {
-			return 0, fmt.Errorf("the GPU's %.1f GiB free after the weights cannot hold one sequence of the context of %d positions (%.2f GiB) and %.0f GiB for the forwards: lower --max-model-len",
-				gib(free), ctxLen, gib(slot), gib(kvHeadroom))
+			return 0, fmt.Errorf("the GPU's %.1f GiB free after the weights cannot hold one sequence of the context of %d positions (%.2f GiB) beside %.1f GiB for the forwards and folded weights: lower --max-model-len",
+				gib(free), ctxLen, gib(slot), gib(keep))
 		}
 		return min(n, seqs), nil
 	}
