@@ -45,6 +45,9 @@
 #                        for --teacher, an unmeasured assumption; 200 for --local-teacher)
 #   --local-teacher      distill from dllm serve on the checkpoint with blocks of 1 (AR
 #                        decoding; one request at a time: only for small prompt counts)
+#   --teacher-seqs N     the local teacher decodes N requests together (dllm serve
+#                        --max-num-seqs; default 1 until its GPU speed is measured, 4 in
+#                        the CPU rehearsal) and distill keeps N in flight
 #   --distill-prompts N  prompts to distill in all (default: from the budget; 0: skip)
 #   --eval-tasks FILE    the dev set for dllm eval (default: a dllm data synth held-out set)
 #   --bench-data DIR     score the published benchmarks found in DIR instead (dllm eval
@@ -80,6 +83,7 @@ TEACHER_TPS=
 # GPU rehearsal): the local teacher's and the quick eval's speed.
 LOCAL_TPS=200
 LOCAL_TEACHER=0
+TEACHER_SEQS=
 DISTILL_N=
 EVAL_TASKS=
 BENCH_DATA=
@@ -99,6 +103,7 @@ while [ "$#" -gt 0 ]; do
 	--teacher) need "$@"; TEACHER_URL=$2; shift 2 ;;
 	--teacher-tps) need "$@"; TEACHER_TPS=$2; shift 2 ;;
 	--local-teacher) LOCAL_TEACHER=1; shift ;;
+	--teacher-seqs) need "$@"; TEACHER_SEQS=$2; shift 2 ;;
 	--distill-prompts) need "$@"; DISTILL_N=$2; shift 2 ;;
 	--eval-tasks) need "$@"; EVAL_TASKS=$2; shift 2 ;;
 	--bench-data) need "$@"; BENCH_DATA=$2; shift 2 ;;
@@ -114,11 +119,13 @@ while [ "$#" -gt 0 ]; do
 	esac
 done
 isnum() { [[ $1 =~ ^[0-9]+([.][0-9]+)?$ ]]; }
-for v in "$BUDGET" "$TRAIN_TPS" "$TEACHER_TPS" "$DISTILL_N" "$PORT"; do
+for v in "$BUDGET" "$TRAIN_TPS" "$TEACHER_TPS" "$DISTILL_N" "$PORT" "$TEACHER_SEQS"; do
 	[ -z "$v" ] || isnum "$v" || die "'$v' is not a number"
 done
 [ -z "$BUDGET" ] || awk -v b="$BUDGET" 'BEGIN{exit !(b > 0)}' || die "--budget-hours must be > 0"
 [ -z "$TEACHER_URL" ] || [ "$LOCAL_TEACHER" = 0 ] || die "--teacher and --local-teacher exclude each other"
+[ -z "$TEACHER_SEQS" ] || [ "$TEACHER_SEQS" -ge 1 ] || die "--teacher-seqs must be at least 1"
+[ -z "$TEACHER_SEQS" ] || [ -z "$TEACHER_URL" ] || die "--teacher-seqs is for the local teacher (--local-teacher), not --teacher"
 # The rehearsals: TINY, the tiny test model on the CPU; SHAPE, --from DIR
 # (MiniCPM5-2B's shape) on the GPU. Only the flag picks SHAPE: a
 # $MINICPM5_DIR set for real runs must not turn --rehearsal into a GPU run.
@@ -152,6 +159,7 @@ if [ "$TINY" = 1 ]; then
 	TEACHER_TPS=${TEACHER_TPS:-100}
 	DISTILL_N=${DISTILL_N:-12}
 	DISTILL_MAX_TOKENS=24 DISTILL_CONCURRENCY=2 DISTILL_DROP=
+	TEACHER_SEQS=${TEACHER_SEQS:-4}
 	AVG_ANSWER=24
 	DISTILL_SPECS=("synth|$OUT/synth/train.jsonl|messages|100")
 	EVAL_ITEMS=2 EVAL_MAX_TOKENS=48
@@ -302,9 +310,10 @@ trap on_exit EXIT
 free_port() { # a free loopback port (the default one when python3 is missing)
 	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null || echo "$1"
 }
-start_server() { # name model port: dllm serve on loopback, waits for /health
+start_server() { # name model port [flags...]: dllm serve on loopback, waits for /health
 	local name=$1 model=$2 port=$3
-	local cmd=("$BIN" serve --model "$model" --host 127.0.0.1 --port "$port" --device "$DEVICE" --dtype "$DTYPE" --served-model-name "$name")
+	shift 3
+	local cmd=("$BIN" serve --model "$model" --host 127.0.0.1 --port "$port" --device "$DEVICE" --dtype "$DTYPE" --served-model-name "$name" "$@")
 	printf '   $' >&2
 	printf ' %q' "${cmd[@]}" >&2
 	echo " &" >&2
@@ -400,7 +409,7 @@ if [ "$REHEARSAL" = 1 ] && [ "$DRY" = 0 ] && [ ! -f "$OUT/synth/tasks.json" ]; t
 	"$BIN" data synth --out "$OUT/synth" --tasks v1 --train 100 --heldout 10 --seed 0 >"$LOGS/synth.log"
 fi
 header "distill $(commas "$DISTILL_N") prompts with the original model" \
-	"$(commas "$DISTILL_N") x ~$AVG_ANSWER tokens / $(commas "$TEACHER_TPS") tok/s = $(dur "$(secs_for "$((DISTILL_N * AVG_ANSWER))" "$TEACHER_TPS")")$([ -z "$TEACHER_URL" ] && [ "$TINY" = 0 ] && echo " with dllm serve ($LOCAL_TPS tok/s, one stream)")$([ "$SHAPE" = 1 ] && echo ", plus ~10 s to load the teacher")"
+	"$(commas "$DISTILL_N") x ~$AVG_ANSWER tokens / $(commas "$TEACHER_TPS") tok/s = $(dur "$(secs_for "$((DISTILL_N * AVG_ANSWER))" "$TEACHER_TPS")")$([ -z "$TEACHER_URL" ] && [ "$TINY" = 0 ] && echo " with dllm serve ($LOCAL_TPS tok/s, one stream$([ "${TEACHER_SEQS:-1}" -gt 1 ] && echo "; $TEACHER_SEQS at once not measured yet"))")$([ "$SHAPE" = 1 ] && echo ", plus ~10 s to load the teacher")"
 [ "$DRY" = 1 ] || mkdir -p "$DISTILL"
 todo=()
 for spec in "${DISTILL_SPECS[@]}"; do
@@ -423,8 +432,11 @@ else
 	url=$TEACHER_URL
 	if [ -z "$url" ]; then
 		tport=$(free_port 18610)
-		start_server teacher "$AR" "$tport"
+		# N requests together, each in a KV cache slot of a prompt and an answer.
+		TEACHER_SEQS=${TEACHER_SEQS:-1}
+		start_server teacher "$AR" "$tport" --max-num-seqs "$TEACHER_SEQS" --max-model-len "$((DISTILL_MAX_TOKENS + 2048))"
 		url=http://127.0.0.1:$tport
+		[ "$TEACHER_SEQS" -gt 1 ] && DISTILL_CONCURRENCY=$TEACHER_SEQS
 	fi
 	for spec in "${todo[@]}"; do
 		IFS='|' read -r name prompts field share <<<"$spec"

@@ -15,7 +15,7 @@ import (
 
 // TestRecipeRehearsal runs scripts/minicpm5-2b.sh --rehearsal on the tiny
 // test model (every stage: both conversions, distillation from a local
-// dllm serve, data preparation, both training stages, export, the quick
+// dllm serve decoding four requests at once, data preparation, both training stages, export, the quick
 // eval) into a temporary work directory, then runs it again and expects
 // every stage to be skipped as done. It builds bin/dllm with make first.
 func TestRecipeRehearsal(t *testing.T) {
@@ -66,6 +66,10 @@ func TestRecipeRehearsal(t *testing.T) {
 		if !regexp.MustCompile(`(?m)^minicpm5-2b:\s+` + stage + ` took \d+ s`).MatchString(first) {
 			t.Errorf("stage %s did not report its time:\n%s", stage, first)
 		}
+	}
+	// The local teacher decodes the distillation's requests together.
+	if !regexp.MustCompile(`serve .*--served-model-name teacher --max-num-seqs 4`).MatchString(first) {
+		t.Errorf("the local teacher was not served batching four requests:\n%s", first)
 	}
 	for _, f := range []string{"minicpm5-2b-final/dllm.json", "minicpm5-2b-final/model.safetensors", "minicpm5-2b-eval/diffusion.json"} {
 		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
