@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -106,6 +107,15 @@ func testLoad(t *testing.T, args ...string) {
 	if panics > 0 || errs > 0 {
 		t.Errorf("the server logged %d panics and %d errors:\n%s", panics, errs, srv.log())
 	}
+	// Batched, the requests did share forwards.
+	if slices.Contains(args, "--max-num-seqs") {
+		_, b := get(t, srv.url+"/metrics")
+		steps, forwards := metricValue(string(b), "dllm_batch_steps_total"), metricValue(string(b), "dllm_batch_sequence_forwards_total")
+		if !(steps > 0 && forwards > 1.5*steps) {
+			t.Errorf("%v sequence forwards in %v batched steps: the requests did not run together", forwards, steps)
+		}
+		t.Logf("%.0f sequence forwards in %.0f batched steps", forwards, steps)
+	}
 	// Still serving, and it stops cleanly.
 	resp, b := post(t, srv.url+"/v1/chat/completions", `{"messages":[{"role":"user","content":"Hi"}],"max_tokens":4}`)
 	decodeChat(t, resp, b)
@@ -115,6 +125,19 @@ func testLoad(t *testing.T, args ...string) {
 }
 
 func mib(b uint64) float64 { return float64(b) / (1 << 20) }
+
+// metricValue is the value of an unlabelled metric in Prometheus' text
+// format, or -1.
+func metricValue(text, name string) float64 {
+	for _, line := range strings.Split(text, "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			if f, err := strconv.ParseFloat(v, 64); err == nil {
+				return f
+			}
+		}
+	}
+	return -1
+}
 
 // summary is the report in a few lines, for the test log.
 func summary(r *loadgen.Report) string {
