@@ -110,10 +110,20 @@ func (g *generation) extend(ids []int64, carry bool) error {
 		return err
 	}
 	if carry {
-		g.carry.Free()
-		g.carry = logits
+		g.setCarry(logits, 0)
+		logits.Free()
 	}
 	return g.eng.commit(int64(len(ids)))
+}
+
+// setCarry keeps row i of logits as the carry, in storage of its own: a
+// view would keep all of logits alive, which for a sequence of a batch
+// (Batcher) is every sequence's rows of that step.
+func (g *generation) setCarry(logits *torch.Tensor, i int64) {
+	row := logits.Narrow(0, i, 1)
+	defer row.Free()
+	g.carry.Free()
+	g.carry = row.Clone()
 }
 
 // predict queues one step's prediction for the canvas c and returns its
@@ -152,8 +162,7 @@ func (g *generation) predict(c *canvas) (*picks, error) {
 			return nil, err
 		}
 		if g.p.shift {
-			g.carry.Free()
-			g.carry = logits.Narrow(0, 0, 1)
+			g.setCarry(logits, 0)
 		}
 	}
 	return g.canvasPicks(logits, want, n), nil

@@ -171,8 +171,7 @@ func (g *generation) check(d, tok []int64, logits *torch.Tensor) (int, error) {
 	if err := g.eng.commit(int64(keep)); err != nil {
 		return 0, err
 	}
-	g.carry.Free()
-	g.carry = logits.Narrow(0, int64(keep-1), 1)
+	g.setCarry(logits, int64(keep-1))
 	g.accepted = append(g.accepted, d[:keep]...)
 	return keep, nil
 }
