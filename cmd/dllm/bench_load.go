@@ -33,7 +33,9 @@ After a warm-up, the load runs in two halves. Against dllm serve
 are sampled during the load and when idle (after a GC) before, between and
 after the halves, and whole responses carry their queue order, which must be
 the arrival order. Exits non-zero on any unexpected answer or queue-order
-inversion. See docs/reliability.md.`,
+inversion. See docs/reliability.md. For throughput (tokens/s of N
+streaming clients at once, as a batching server runs them) use dllm bench
+decode --server URL --clients N.`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "server", Value: "http://127.0.0.1:8000", Usage: "server base `URL`"},
 			&cli.IntFlag{Name: "clients", Value: 64, Usage: "concurrent clients"},
