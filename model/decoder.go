@@ -201,13 +201,22 @@ func (m *Model) NewBatchDecoder(maxLen, seqs, graphs int) (d *BatchDecoder, err 
 func (d *BatchDecoder) Forward(seqs []torch.BatchSeq) (logits *torch.Tensor, err error) {
 	defer torch.Recover(&err)
 	for i, s := range seqs {
-		if s.Slot < 0 || int64(s.Slot) >= d.Seqs || len(s.IDs) == 0 || s.Pos < 0 || s.Pos+int64(len(s.IDs)) > d.Max ||
-			s.Causal < 0 || s.Causal > len(s.IDs) || s.Rows < 0 || s.Rows > len(s.IDs) {
-			return nil, fmt.Errorf("decoder: batch sequence %d: slot %d of %d, %d tokens at %d (%d causal, %d rows), context %d",
-				i, s.Slot, d.Seqs, len(s.IDs), s.Pos, s.Causal, s.Rows, d.Max)
+		if err := d.check(s, d.Seqs); err != nil {
+			return nil, fmt.Errorf("batch sequence %d: %w", i, err)
 		}
 	}
 	return d.d.ForwardBatch(seqs), nil
+}
+
+// check says what is wrong with s for a decoder whose first slots slots
+// it may use, if anything.
+func (d *BatchDecoder) check(s torch.BatchSeq, slots int64) error {
+	if s.Slot < 0 || int64(s.Slot) >= slots || len(s.IDs) == 0 || s.Pos < 0 || s.Pos+int64(len(s.IDs)) > d.Max ||
+		s.Causal < 0 || s.Causal > len(s.IDs) || s.Rows < 0 || s.Rows > len(s.IDs) {
+		return fmt.Errorf("decoder: slot %d of %d, %d tokens at %d (%d causal, %d rows), context %d",
+			s.Slot, slots, len(s.IDs), s.Pos, s.Causal, s.Rows, d.Max)
+	}
+	return nil
 }
 
 // ForwardOne runs s, a sequence of slot 0, alone through the
@@ -216,10 +225,8 @@ func (d *BatchDecoder) Forward(seqs []torch.BatchSeq) (logits *torch.Tensor, err
 // gives for a batch of s alone, up to rounding, faster.
 func (d *BatchDecoder) ForwardOne(s torch.BatchSeq) (logits *torch.Tensor, err error) {
 	defer torch.Recover(&err)
-	if s.Slot != 0 || len(s.IDs) == 0 || s.Pos < 0 || s.Pos+int64(len(s.IDs)) > d.Max ||
-		s.Causal < 0 || s.Causal > len(s.IDs) || s.Rows < 0 || s.Rows > len(s.IDs) {
-		return nil, fmt.Errorf("decoder: a sequence alone in slot %d: %d tokens at %d (%d causal, %d rows), context %d",
-			s.Slot, len(s.IDs), s.Pos, s.Causal, s.Rows, d.Max)
+	if err := d.check(s, 1); err != nil {
+		return nil, fmt.Errorf("a sequence alone: %w", err)
 	}
 	return d.d.Forward(s.IDs, s.Pos, s.Causal, s.Rows), nil
 }

@@ -128,13 +128,17 @@ def main():
         print(out.stdout, out.stderr, flush=True)
         for l in out.stdout.splitlines()[1:]:
             rows.append((f"{l.split()[0]} clients at once (clients, requests, tokens, tok/s, stream tok/s, ttft ms, s)", l))
-    if a.clients or a.distill:
-        srv.terminate()
-        srv.wait(timeout=30)
-        print("\n== summary (MiniCPM5-2B shape, random bf16 weights)")
-        for k, v in rows:
-            print(f"{k:55s} {v}")
-        return
+    if not (a.clients or a.distill):
+        single_stream(a, msgs, rows)
+    srv.terminate()
+    srv.wait(timeout=30)
+    print("\n== summary (MiniCPM5-2B shape, random bf16 weights)")
+    for k, v in rows:
+        print(f"{k:55s} {v}")
+
+
+def single_stream(a, msgs, rows):
+    """The chat completion timings and the end-to-end point of one stream."""
     for n, th, name in () if a.e2e_only else ((1000, None, "default threshold 0.9"), (1000, 1e-6, "threshold 1e-6: whole block per step"),
                         (a.long, 1e-6, "threshold 1e-6: whole block per step"), (a.long, None, "default threshold 0.9")):
         body = {"messages": msgs, "max_tokens": n, "temperature": 0}
@@ -153,12 +157,6 @@ def main():
     mem = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader"],
                          capture_output=True, text=True).stdout.strip()
     rows.append(("GPU memory of the server after it", mem.replace("\n", "; ")))
-    srv.terminate()
-    srv.wait(timeout=30)
-
-    print("\n== summary (MiniCPM5-2B shape, random bf16 weights, one H200)")
-    for k, v in rows:
-        print(f"{k:55s} {v}")
 
 
 if __name__ == "__main__":

@@ -231,7 +231,7 @@ func (c *Checked) Load(ctx context.Context, o LoadOptions) (m *Model, err error)
 	defaults := gen.Defaults()
 	defaults.StopIDs, defaults.ContextLimit = c.StopIDs, ctxLen
 	m = &Model{
-		Engine:        samplerEngine{gen},
+		Engine:        diffusionEngine{gen},
 		Tokenizer:     c.Tokenizer,
 		Defaults:      defaults,
 		ContextLength: ctxLen,

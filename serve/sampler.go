@@ -15,11 +15,11 @@ type generator interface {
 	Defaults() diffusion.Options
 }
 
-// samplerEngine marks a diffusion engine's request errors for the server,
+// diffusionEngine marks a diffusion engine's request errors for the server,
 // which answers them with 400.
-type samplerEngine struct{ g generator }
+type diffusionEngine struct{ g generator }
 
-func (e samplerEngine) Generate(ctx context.Context, prompt []int64, o diffusion.Options, onBlock diffusion.BlockFunc) (*diffusion.Result, error) {
+func (e diffusionEngine) Generate(ctx context.Context, prompt []int64, o diffusion.Options, onBlock diffusion.BlockFunc) (*diffusion.Result, error) {
 	res, err := e.g.Generate(ctx, prompt, o, onBlock)
 	switch {
 	case errors.Is(err, diffusion.ErrContextTooLong):
