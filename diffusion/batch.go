@@ -34,7 +34,7 @@ type Batcher struct {
 	done   chan struct{} // closed when the loop has returned
 	once   sync.Once
 
-	steps, seqForwards, gatherTimeouts atomic.Int64 // BatchStats
+	steps, seqForwards, gatherTimeouts, stepNanos atomic.Int64 // BatchStats
 }
 
 // BatchStats count a Batcher's work so far.
@@ -45,11 +45,17 @@ type BatchStats struct {
 	// GatherTimeouts counts the steps that ran without a sequence of the
 	// batch after waiting maxGather for it.
 	GatherTimeouts int64
+	// StepTime is the time inside the steps: the forwards and, for
+	// greedy sequences, their picks on the host (on a GPU it includes the
+	// device's work then). What the wall time of a run of steps has
+	// beyond it is the host's turn between steps, when the device waits.
+	StepTime time.Duration
 }
 
 // Stats returns the counts so far.
 func (b *Batcher) Stats() BatchStats {
-	return BatchStats{Steps: b.steps.Load(), SeqForwards: b.seqForwards.Load(), GatherTimeouts: b.gatherTimeouts.Load()}
+	return BatchStats{Steps: b.steps.Load(), SeqForwards: b.seqForwards.Load(), GatherTimeouts: b.gatherTimeouts.Load(),
+		StepTime: time.Duration(b.stepNanos.Load())}
 }
 
 // BatchConfig sizes a Batcher.
@@ -78,14 +84,17 @@ type batchEvent struct {
 }
 
 // batchReq is one sequence's forward: its tokens at its slot's positions,
-// answered on out.
+// answered on out. A greedy sequence's rows come with their picks
+// (greedy: the mask token that is never picked).
 type batchReq struct {
-	seq torch.BatchSeq
-	out chan batchOut
+	seq    torch.BatchSeq
+	greedy bool
+	mask   int64
+	out    chan batchOut
 }
 
 type batchOut struct {
-	logits *torch.Tensor // (Rows, V), or nil for none
+	logits logitRows // (Rows, V), or none
 	err    error
 }
 
@@ -149,7 +158,7 @@ func (b *Batcher) Generate(ctx context.Context, prompt []int64, o Options, onBlo
 	if err != nil {
 		return nil, err
 	}
-	eng := &batchEngine{b: b, slot: slot, limit: int64(p.cacheLen)}
+	eng := &batchEngine{b: b, slot: slot, limit: int64(p.cacheLen), greedy: p.temperature == 0, mask: p.mask}
 	if !b.send(batchEvent{join: true}) {
 		b.slots.put(slot)
 		return nil, errBatcherClosed
@@ -269,10 +278,15 @@ func (b *Batcher) loop() {
 // waiting for it, once another is.
 const maxGather = 5 * time.Millisecond
 
-// step runs one forward of reqs and hands each its logit rows. A
-// sequence alone in slot 0 (the one a lone user gets: slotPool) takes the
-// single-stream decoder's faster path.
+// step runs one forward of reqs and hands each its logit rows, a greedy
+// one's with their picks: the greedy picks of every row of the step in
+// one kernel and one copy to the host, where a pick each would cost a
+// sequence a kernel and a wait of its own and the batch those of all of
+// them in turn. A sequence alone in slot 0 (the one a lone user gets:
+// slotPool) takes the single-stream decoder's faster path.
 func (b *Batcher) step(reqs []*batchReq) {
+	start := time.Now()
+	defer func() { b.stepNanos.Add(int64(time.Since(start))) }()
 	seqs := make([]torch.BatchSeq, len(reqs))
 	for i, r := range reqs {
 		seqs[i] = r.seq
@@ -292,11 +306,34 @@ func (b *Batcher) step(reqs []*batchReq) {
 		}
 		return
 	}
+	all := logitRows{t: logits}
+	greedy := slices.IndexFunc(reqs, func(r *batchReq) bool { return r.greedy && r.seq.Rows > 0 })
+	if greedy >= 0 && len(reqs) > 1 {
+		if err := torch.Try(func() {
+			pk := torch.PickGreedy(logits, reqs[greedy].mask) // (2 rows) float64: probabilities, then ids
+			defer pk.Free()
+			host := torch.ToSlice[float64](pk)
+			n := len(host) / 2
+			all.conf, all.tok = host[:n], make([]int64, n)
+			for i, id := range host[n:] {
+				all.tok[i] = int64(id)
+			}
+		}); err != nil {
+			for _, r := range reqs {
+				r.out <- batchOut{err: err}
+			}
+			logits.Free()
+			return
+		}
+	}
 	off := int64(0)
 	for _, r := range reqs {
-		var l *torch.Tensor
+		var l logitRows
 		if rows := int64(r.seq.Rows); rows > 0 {
-			l = logits.Narrow(0, off, rows)
+			l = all.narrow(off, rows)
+			if !r.greedy {
+				l.tok, l.conf = nil, nil
+			}
 			off += rows
 		}
 		r.out <- batchOut{logits: l}
@@ -310,15 +347,18 @@ type batchEngine struct {
 	b          *Batcher
 	slot       int
 	len, limit int64 // positions committed, and the generation's
+	greedy     bool  // the generation picks greedily: the step picks its rows
+	mask       int64 // the token never picked
 }
 
-func (e *batchEngine) forward(ids []int64, causal, rows int) (*torch.Tensor, error) {
+func (e *batchEngine) forward(ids []int64, causal, rows int) (logitRows, error) {
 	r := &batchReq{
-		seq: torch.BatchSeq{Slot: e.slot, IDs: ids, Pos: e.len, Causal: causal, Rows: rows},
+		seq:    torch.BatchSeq{Slot: e.slot, IDs: ids, Pos: e.len, Causal: causal, Rows: rows},
+		greedy: e.greedy, mask: e.mask,
 		out: make(chan batchOut, 1),
 	}
 	if !e.b.send(batchEvent{req: r}) {
-		return nil, errBatcherClosed
+		return logitRows{}, errBatcherClosed
 	}
 	o := <-r.out
 	return o.logits, o.err
@@ -333,8 +373,8 @@ func (e *batchEngine) commit(n int64) error {
 }
 
 // next queues nothing: a batched step waits for every sequence's picks.
-func (e *batchEngine) next(int, *torch.Tensor, int64, int, bool) (*torch.Tensor, bool, error) {
-	return nil, false, nil
+func (e *batchEngine) next(int, *torch.Tensor, int64, int, bool) (logitRows, bool, error) {
+	return logitRows{}, false, nil
 }
 
 func (e *batchEngine) room() int64 { return e.limit - e.len }

@@ -168,9 +168,9 @@ func TestPicker(t *testing.T) {
 					var tok []int64
 					var conf []float64
 					if seed%2 == 1 {
-						tok, conf = pk.pick(first, rest)
+						tok, conf = pk.pick(&logitRows{t: first}, logitRows{t: rest})
 					} else {
-						tok, conf = pk.pick(nil, x)
+						tok, conf = pk.pick(nil, logitRows{t: x})
 					}
 					if len(tok) != 2 {
 						t.Fatalf("%d candidates for 2 rows", len(tok))

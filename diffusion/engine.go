@@ -11,17 +11,17 @@ import (
 // engine runs one generation's forwards over its KV cache.
 type engine interface {
 	// forward runs ids after the committed context and returns the logits
-	// of the last rows positions (rows, V), nil for rows 0. The first
+	// of the last rows positions (rows, V), none for rows 0. The first
 	// causal ids attend causally (clean text); the rest see all the ids
 	// and the context (a block being denoised). Their keys and values are
 	// cached, but only commit makes them context.
-	forward(ids []int64, causal, rows int) (*torch.Tensor, error)
+	forward(ids []int64, causal, rows int) (logitRows, error)
 	commit(n int64) error
 	// next queues, where the engine can, the next denoising forward of a
 	// fixed-commit block of n positions, its canvas made on the device
 	// from the last forward's and that forward's picks (see
 	// model.Decoder.ForwardNext); ok false: nothing was queued.
-	next(n int, picks *torch.Tensor, mask int64, k int, shift bool) (logits *torch.Tensor, ok bool, err error)
+	next(n int, picks *torch.Tensor, mask int64, k int, shift bool) (logits logitRows, ok bool, err error)
 	// room is how many positions the generation may still add.
 	room() int64
 	free()
@@ -33,7 +33,7 @@ type eagerEngine struct {
 	cache *model.KVCache
 }
 
-func (e *eagerEngine) forward(ids []int64, causal, rows int) (*torch.Tensor, error) {
+func (e *eagerEngine) forward(ids []int64, causal, rows int) (logitRows, error) {
 	x := e.device(torch.FromSlice(ids, 1, int64(len(ids))))
 	defer x.Free()
 	o := model.ForwardOpts{Attention: model.Attention{Kind: model.Bidirectional}, Cache: e.cache}
@@ -56,15 +56,15 @@ func (e *eagerEngine) forward(ids []int64, causal, rows int) (*torch.Tensor, err
 		// The head is the largest matmul; a cache-only pass skips it.
 		h, err := e.m.Hidden(x, o)
 		h.Free()
-		return nil, err
+		return logitRows{}, err
 	}
 	o.LastN = rows
 	logits, err := e.m.Forward(x, o) // (1, rows, V)
 	if err != nil {
-		return nil, err
+		return logitRows{}, err
 	}
 	defer logits.Free()
-	return logits.Reshape(int64(rows), -1), nil
+	return logitRows{t: logits.Reshape(int64(rows), -1)}, nil
 }
 
 // device moves a CPU tensor to the model's device.
@@ -76,8 +76,8 @@ func (e *eagerEngine) device(t *torch.Tensor) *torch.Tensor {
 	return t.To(t.DType(), e.m.Device)
 }
 
-func (e *eagerEngine) next(int, *torch.Tensor, int64, int, bool) (*torch.Tensor, bool, error) {
-	return nil, false, nil
+func (e *eagerEngine) next(int, *torch.Tensor, int64, int, bool) (logitRows, bool, error) {
+	return logitRows{}, false, nil
 }
 
 func (e *eagerEngine) commit(n int64) error { return e.cache.Commit(n) }
@@ -92,15 +92,17 @@ type fastEngine struct {
 	noAhead bool  // never queue a step ahead (Sampler.noAhead)
 }
 
-func (e *fastEngine) forward(ids []int64, causal, rows int) (*torch.Tensor, error) {
-	return e.d.Forward(ids, causal, rows)
+func (e *fastEngine) forward(ids []int64, causal, rows int) (logitRows, error) {
+	t, err := e.d.Forward(ids, causal, rows)
+	return logitRows{t: t}, err
 }
 
-func (e *fastEngine) next(n int, picks *torch.Tensor, mask int64, k int, shift bool) (*torch.Tensor, bool, error) {
+func (e *fastEngine) next(n int, picks *torch.Tensor, mask int64, k int, shift bool) (logitRows, bool, error) {
 	if e.noAhead {
-		return nil, false, nil
+		return logitRows{}, false, nil
 	}
-	return e.d.ForwardNext(n, picks, mask, k, shift, n)
+	t, ok, err := e.d.ForwardNext(n, picks, mask, k, shift, n)
+	return logitRows{t: t}, ok, err
 }
 
 func (e *fastEngine) commit(n int64) error { return e.d.Commit(n) }

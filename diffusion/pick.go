@@ -2,6 +2,7 @@ package diffusion
 
 import (
 	"math"
+	"slices"
 
 	"dllm/torch"
 )
@@ -48,6 +49,32 @@ func (pk *picker) free() {
 	pk.gen.Free()
 }
 
+// logitRows is a forward's logit rows (n, V) on the device and, where the
+// Batcher picked a whole step's rows greedily at once (one kernel and one
+// copy for every sequence), each row's greedy pick on the host: tok and
+// conf, nil otherwise. A greedy generation then needs no pick of its own.
+type logitRows struct {
+	t    *torch.Tensor
+	tok  []int64
+	conf []float64
+}
+
+// narrow is rows [i, i+n), t a view of its own to free.
+func (l logitRows) narrow(i, n int64) logitRows {
+	r := logitRows{t: l.t.Narrow(0, i, n)}
+	if l.tok != nil {
+		r.tok, r.conf = l.tok[i:i+n], l.conf[i:i+n]
+	}
+	return r
+}
+
+// clone is l in storage of its own.
+func (l logitRows) clone() logitRows {
+	return logitRows{t: l.t.Clone(), tok: slices.Clone(l.tok), conf: slices.Clone(l.conf)}
+}
+
+func (l logitRows) free() { l.t.Free() }
+
 // picks is a step's candidates on their way to the host (picker.start).
 type picks struct {
 	dev *torch.Tensor            // (2n) float64: probabilities, then ids
@@ -83,15 +110,33 @@ func (p *picks) free() {
 }
 
 // pick returns, for each row of first (1, V), when not nil, and then of
-// logits (n, V), a candidate token and its probability under the
+// rows (n, V), a candidate token and its probability under the
 // distribution it was drawn from (softmax(logits/T) renormalised over the
 // nucleus; plain softmax when greedy).
-func (pk *picker) pick(first, logits *torch.Tensor) (tok []int64, conf []float64) {
-	return pk.start(first, logits).wait()
+func (pk *picker) pick(first *logitRows, rows logitRows) (tok []int64, conf []float64) {
+	return pk.start(first, rows).wait()
 }
 
-// start is pick up to the copy to the host, which it leaves on its way.
-func (pk *picker) start(first, logits *torch.Tensor) *picks {
+// start is pick up to the copy to the host, which it leaves on its way;
+// greedy picks the Batcher made are returned as they are.
+func (pk *picker) start(first *logitRows, rows logitRows) *picks {
+	if pk.temperature == 0 && rows.tok != nil && (first == nil || first.tok != nil) {
+		p := &picks{}
+		if first != nil {
+			p.tok, p.conf = slices.Clone(first.tok), slices.Clone(first.conf)
+		}
+		p.tok, p.conf = append(p.tok, rows.tok...), append(p.conf, rows.conf...)
+		return p
+	}
+	var firstT *torch.Tensor
+	if first != nil {
+		firstT = first.t
+	}
+	return pk.startDevice(firstT, rows.t)
+}
+
+// startDevice is start's pick on the device.
+func (pk *picker) startDevice(first, logits *torch.Tensor) *picks {
 	var tmp []*torch.Tensor
 	keep := func(t *torch.Tensor) *torch.Tensor { tmp = append(tmp, t); return t }
 	defer func() { torch.Free(tmp...) }()

@@ -14,7 +14,7 @@ type generation struct {
 	pick *picker
 	// carry (1, V) is, with the shift, the logit row of the last committed
 	// position: the prediction for the next block's first position.
-	carry *torch.Tensor
+	carry logitRows
 	steps int // forwards after the prefill
 	// pending is the last finished block, not yet in the KV cache: the
 	// next block's first denoising forward runs it first (see commit).
@@ -44,7 +44,7 @@ func newGeneration(m *model.Model, eng engine, p plan) (*generation, error) {
 func (g *generation) free() {
 	g.eng.free()
 	g.pick.free()
-	g.carry.Free()
+	g.carry.free()
 }
 
 // prefill writes the prompt into the KV cache with causal attention, in
@@ -105,13 +105,13 @@ func (g *generation) extend(ids []int64, carry bool) error {
 	if carry {
 		rows = 1
 	}
-	logits, err := g.eng.forward(ids, len(ids), rows) // (1, V) or nil
+	logits, err := g.eng.forward(ids, len(ids), rows) // (1, V) or none
 	if err != nil {
 		return err
 	}
 	if carry {
 		g.setCarry(logits, 0)
-		logits.Free()
+		logits.free()
 	}
 	return g.eng.commit(int64(len(ids)))
 }
@@ -119,11 +119,11 @@ func (g *generation) extend(ids []int64, carry bool) error {
 // setCarry keeps row i of logits as the carry, in storage of its own: a
 // view would keep all of logits alive, which for a sequence of a batch
 // (Batcher) is every sequence's rows of that step.
-func (g *generation) setCarry(logits *torch.Tensor, i int64) {
-	row := logits.Narrow(0, i, 1)
-	defer row.Free()
-	g.carry.Free()
-	g.carry = row.Clone()
+func (g *generation) setCarry(logits logitRows, i int64) {
+	row := logits.narrow(i, 1)
+	defer row.free()
+	g.carry.free()
+	g.carry = row.clone()
 }
 
 // predict queues one step's prediction for the canvas c and returns its
@@ -155,7 +155,7 @@ func (g *generation) predict(c *canvas) (*picks, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer logits.Free()
+	defer logits.free()
 	if p > 0 {
 		g.pending = nil
 		if err := g.eng.commit(int64(p)); err != nil {
@@ -171,13 +171,13 @@ func (g *generation) predict(c *canvas) (*picks, error) {
 // canvasPicks starts the picks of a canvas of n positions from the last n
 // of want logit rows: row i predicts position i, or with the shift
 // position i+1, the carry predicting position 0.
-func (g *generation) canvasPicks(logits *torch.Tensor, want, n int) *picks {
-	rows := logits.Narrow(0, int64(want-n), int64(n))
-	defer rows.Free()
+func (g *generation) canvasPicks(logits logitRows, want, n int) *picks {
+	rows := logits.narrow(int64(want-n), int64(n))
+	defer rows.free()
 	if g.p.shift {
-		head := rows.Narrow(0, 0, int64(n-1))
-		defer head.Free()
-		return g.pick.start(g.carry, head)
+		head := rows.narrow(0, int64(n-1))
+		defer head.free()
+		return g.pick.start(&g.carry, head)
 	}
 	return g.pick.start(nil, rows)
 }
@@ -191,7 +191,7 @@ func (g *generation) queue(pk *picks, n int) (*picks, error) {
 	if err != nil || !ok {
 		return nil, err
 	}
-	defer logits.Free()
+	defer logits.free()
 	return g.canvasPicks(logits, n, n), nil
 }
 

@@ -3,8 +3,6 @@ package diffusion
 import (
 	"context"
 	"slices"
-
-	"dllm/torch"
 )
 
 // Verify decoding (Options.Verify; docs/sampler.md): each block is drafted
@@ -104,11 +102,11 @@ func (g *generation) predictChecked(c *canvas) (*picks, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer logits.Free()
+	defer logits.free()
 	// Row i predicts token i+1 of the draft and the canvas (shift); the
 	// last row predicts past the canvas.
-	rows := logits.Narrow(0, 0, int64(p+n-1))
-	defer rows.Free()
+	rows := logits.narrow(0, int64(p+n-1))
+	defer rows.free()
 	tok, conf := g.pick.pick(nil, rows)
 	keep, err := g.check(d, tok, logits)
 	if err != nil {
@@ -130,11 +128,11 @@ func (g *generation) checkAlone() error {
 	if err != nil {
 		return err
 	}
-	defer logits.Free()
+	defer logits.free()
 	var tok []int64
 	if p > 1 {
-		rows := logits.Narrow(0, 0, int64(p-1))
-		defer rows.Free()
+		rows := logits.narrow(0, int64(p-1))
+		defer rows.free()
 		tok, _ = g.pick.pick(nil, rows)
 	}
 	_, err = g.check(d, tok, logits)
@@ -147,7 +145,7 @@ func (g *generation) checkAlone() error {
 // it, the AR prediction of the token that replaces the first one dropped,
 // becomes the carry. It returns how many tokens stand. d[0], predicted by
 // the carry, always does.
-func (g *generation) check(d, tok []int64, logits *torch.Tensor) (int, error) {
+func (g *generation) check(d, tok []int64, logits logitRows) (int, error) {
 	keep := len(d)
 	for i := 1; i < len(d); i++ {
 		if tok[i-1] != d[i] {

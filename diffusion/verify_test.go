@@ -140,7 +140,7 @@ func TestVerifyReach(t *testing.T) {
 	logits := torch.FromSlice(make([]float32, 8*3), 8, 3) // rows for up to 8 drafted tokens
 	defer logits.Free()
 	g := &generation{p: plan{block: 4}, eng: countEngine{}, reach: 4}
-	defer g.carry.Free()
+	defer g.carry.free()
 	steps := []struct {
 		draft, picks []int64 // picks[i] is the AR prediction of draft[i+1]
 		keep, reach  int
@@ -152,7 +152,7 @@ func TestVerifyReach(t *testing.T) {
 		{[]int64{5, 6, 7}, []int64{1, 7}, 1, 1},       // wrong at once
 	}
 	for i, s := range steps {
-		keep, err := g.check(s.draft, s.picks, logits)
+		keep, err := g.check(s.draft, s.picks, logitRows{t: logits})
 		if err != nil {
 			t.Fatal(err)
 		}

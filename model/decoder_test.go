@@ -174,8 +174,10 @@ func TestDecoderErrors(t *testing.T) {
 
 // batchRows runs the prompts (sequence i in slot slots[i]) in one
 // forward of b, then their blocks (the first causal[i] positions causal)
-// in another, and returns each block's logit rows.
-func batchRows(t *testing.T, b *BatchDecoder, slots []int, prompts, blocks [][]int64, causal []int) [][][]float64 {
+// in another, and returns each block's logit rows. With runs > 1 the
+// blocks' forward runs that many times (on a GPU: eagerly, then captured
+// into a graph, then from it), the rows of run r in out[r*len(blocks)+i].
+func batchRows(t *testing.T, b *BatchDecoder, slots []int, prompts, blocks [][]int64, causal []int, runs int) [][][]float64 {
 	t.Helper()
 	var pre, step []torch.BatchSeq
 	for i := range prompts {
@@ -187,17 +189,18 @@ func batchRows(t *testing.T, b *BatchDecoder, slots []int, prompts, blocks [][]i
 		if l, err := b.Forward(pre); err != nil || l != nil {
 			t.Fatalf("prompts: %v, %v", l, err)
 		}
-		logits, err := b.Forward(step)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer logits.Free()
-		l := logits.Reshape(1, logits.Shape()[0], -1)
-		defer l.Free()
-		got := rows(t, l)
-		for _, blk := range blocks {
-			out = append(out, got[:len(blk)])
-			got = got[len(blk):]
+		for range runs {
+			logits, err := b.Forward(step)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l := logits.Reshape(1, logits.Shape()[0], -1)
+			got := rows(t, l)
+			torch.Free(l, logits)
+			for _, blk := range blocks {
+				out = append(out, got[:len(blk)])
+				got = got[len(blk):]
+			}
 		}
 	})
 	return out
@@ -235,7 +238,7 @@ func TestBatchDecoderMatchesAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Free()
-	for i, g := range batchRows(t, b, slots, prompts, blocks, causal) {
+	for i, g := range batchRows(t, b, slots, prompts, blocks, causal, 1) {
 		if e := rowRelErr(g, want[i]); e > 1e-5 {
 			t.Errorf("sequence %d (slot %d): batched logits differ from alone by %.2e", i, slots[i], e)
 		}

@@ -42,12 +42,13 @@
 #   --teacher URL        an OpenAI-compatible server of the ORIGINAL checkpoint for
 #                        distillation (vLLM or SGLang serving HF_DIR)
 #   --teacher-tps N      its generated tokens/s, all requests together (default: 20,000
-#                        for --teacher, an unmeasured assumption; 200 for --local-teacher)
+#                        for --teacher, an unmeasured assumption; for --local-teacher
+#                        1,600 with requests decoding together, 200 one at a time)
 #   --local-teacher      distill from dllm serve on the checkpoint with blocks of 1 (AR
-#                        decoding; one request at a time: only for small prompt counts)
+#                        decoding, --teacher-seqs requests together)
 #   --teacher-seqs N     the local teacher decodes N requests together (dllm serve
-#                        --max-num-seqs; default 1 until its GPU speed is measured, 4 in
-#                        the CPU rehearsal) and distill keeps N in flight
+#                        --max-num-seqs; default 64, 4 in the CPU rehearsal) and distill
+#                        keeps N in flight
 #   --distill-prompts N  prompts to distill in all (default: from the budget; 0: skip)
 #   --eval-tasks FILE    the dev set for dllm eval (default: a dllm data synth held-out set)
 #   --bench-data DIR     score the published benchmarks found in DIR instead (dllm eval
@@ -80,8 +81,13 @@ TRAIN_TPS_GIVEN=
 TEACHER_URL=
 TEACHER_TPS=
 # dllm serve's AR rate, one stream (201 tok/s measured on an H200 in the
-# GPU rehearsal): the local teacher's and the quick eval's speed.
+# GPU rehearsal): the quick eval's speed, and the local teacher's with
+# --teacher-seqs 1.
 LOCAL_TPS=200
+# dllm serve's AR rate with 64 requests decoding together, sampled at
+# temperature 0.6 (1,674 tok/s measured on an H100, docs/benchmarks.md):
+# the local teacher's.
+LOCAL_BATCH_TPS=1600
 LOCAL_TEACHER=0
 TEACHER_SEQS=
 DISTILL_N=
@@ -177,7 +183,8 @@ elif [ "$SHAPE" = 1 ]; then
 	STEPS2=5 TOKS2=8192 SEQ2=8192 HOLD2=2 WARM2=1 CKPT2=5
 	SIZES1=(1 4 8 16 32) FRACS1=(0 0.025 0.05 0.075 0.1)
 	TRAIN_TPS=${TRAIN_TPS:-4700}
-	TEACHER_TPS=${TEACHER_TPS:-$LOCAL_TPS}
+	TEACHER_SEQS=${TEACHER_SEQS:-64}
+	TEACHER_TPS=${TEACHER_TPS:-$([ "$TEACHER_SEQS" -gt 1 ] && echo "$LOCAL_BATCH_TPS" || echo "$LOCAL_TPS")}
 	DISTILL_N=${DISTILL_N:-8}
 	DISTILL_MAX_TOKENS=32 DISTILL_CONCURRENCY=2 DISTILL_DROP=
 	AVG_ANSWER=32
@@ -200,10 +207,15 @@ else
 	STEPS2=3000 TOKS2=65536 SEQ2=8192 HOLD2=32 WARM2=100 CKPT2=250
 	SIZES1=(1 4 8 16 32) FRACS1=(0 0.025 0.05 0.075 0.1)
 	TRAIN_TPS=${TRAIN_TPS:-4700}
-	if [ -n "$TEACHER_URL" ]; then TEACHER_TPS=${TEACHER_TPS:-20000}; else TEACHER_TPS=${TEACHER_TPS:-$LOCAL_TPS}; fi
+	if [ -n "$TEACHER_URL" ]; then
+		TEACHER_TPS=${TEACHER_TPS:-20000}
+	else
+		TEACHER_SEQS=${TEACHER_SEQS:-64}
+		TEACHER_TPS=${TEACHER_TPS:-$([ "$TEACHER_SEQS" -gt 1 ] && echo "$LOCAL_BATCH_TPS" || echo "$LOCAL_TPS")}
+	fi
 	# Room for the prompt inside stage 2's 8192-token sequences.
 	DISTILL_MAX_TOKENS=7680 DISTILL_CONCURRENCY=64 DISTILL_DROP=--drop-truncated
-	[ "$LOCAL_TEACHER" = 1 ] && DISTILL_CONCURRENCY=2
+	[ "$LOCAL_TEACHER" = 1 ] && DISTILL_CONCURRENCY=$TEACHER_SEQS
 	# name|prompts (file or glob)|field|share of the prompts in percent.
 	# Training splits only; the guard refuses anything else (docs/recipe.md).
 	DISTILL_SPECS=(
@@ -409,7 +421,7 @@ if [ "$REHEARSAL" = 1 ] && [ "$DRY" = 0 ] && [ ! -f "$OUT/synth/tasks.json" ]; t
 	"$BIN" data synth --out "$OUT/synth" --tasks v1 --train 100 --heldout 10 --seed 0 >"$LOGS/synth.log"
 fi
 header "distill $(commas "$DISTILL_N") prompts with the original model" \
-	"$(commas "$DISTILL_N") x ~$AVG_ANSWER tokens / $(commas "$TEACHER_TPS") tok/s = $(dur "$(secs_for "$((DISTILL_N * AVG_ANSWER))" "$TEACHER_TPS")")$([ -z "$TEACHER_URL" ] && [ "$TINY" = 0 ] && echo " with dllm serve ($LOCAL_TPS tok/s, one stream$([ "${TEACHER_SEQS:-1}" -gt 1 ] && echo "; $TEACHER_SEQS at once not measured yet"))")$([ "$SHAPE" = 1 ] && echo ", plus ~10 s to load the teacher")"
+	"$(commas "$DISTILL_N") x ~$AVG_ANSWER tokens / $(commas "$TEACHER_TPS") tok/s = $(dur "$(secs_for "$((DISTILL_N * AVG_ANSWER))" "$TEACHER_TPS")")$([ -z "$TEACHER_URL" ] && [ "$TINY" = 0 ] && echo " with dllm serve, $TEACHER_SEQS request(s) at once")$([ "$SHAPE" = 1 ] && echo ", plus ~10 s to load the teacher")"
 [ "$DRY" = 1 ] || mkdir -p "$DISTILL"
 todo=()
 for spec in "${DISTILL_SPECS[@]}"; do
@@ -424,7 +436,7 @@ elif [ "${#todo[@]}" = 0 ]; then
 	skip "$DISTILL/*.done" distill
 else
 	if [ -z "$TEACHER_URL" ] && [ "$LOCAL_TEACHER" = 0 ]; then
-		msg="distillation needs a teacher: --teacher URL (vLLM or SGLang serving $FROM; see docs/recipe.md), or --local-teacher for dllm serve (projected $(dur "$(secs_for "$((DISTILL_N * AVG_ANSWER))" "$LOCAL_TPS")") for $(commas "$DISTILL_N") prompts), or --distill-prompts 0"
+		msg="distillation needs a teacher: --teacher URL (vLLM or SGLang serving $FROM; see docs/recipe.md), or --local-teacher for dllm serve (projected $(dur "$(secs_for "$((DISTILL_N * AVG_ANSWER))" "$TEACHER_TPS")") for $(commas "$DISTILL_N") prompts), or --distill-prompts 0"
 		[ "$DRY" = 1 ] || die "$msg"
 		say "   (a real run stops here) $msg"
 		TEACHER_URL=TEACHER_URL
@@ -433,7 +445,7 @@ else
 	if [ -z "$url" ]; then
 		tport=$(free_port 18610)
 		# N requests together, each in a KV cache slot of a prompt and an answer.
-		TEACHER_SEQS=${TEACHER_SEQS:-1}
+		TEACHER_SEQS=${TEACHER_SEQS:-64}
 		start_server teacher "$AR" "$tport" --max-num-seqs "$TEACHER_SEQS" --max-model-len "$((DISTILL_MAX_TOKENS + 2048))"
 		url=http://127.0.0.1:$tport
 		[ "$TEACHER_SEQS" -gt 1 ] && DISTILL_CONCURRENCY=$TEACHER_SEQS

@@ -102,7 +102,9 @@ type LoadOptions struct {
 	NoNormFold, NoPersistentKernel bool
 	// MaxNumSeqs is how many requests generate at once; above 1 they run
 	// as one batch (diffusion.Batcher), each in a KV cache slot of the
-	// whole context. 0 means 1: the single-stream sampler.
+	// whole context; 1 is the single-stream sampler. 0: DefaultGPUSeqs on
+	// a GPU (as many as the memory fits: Slots), 1 on the CPU, where a
+	// slot's memory is not capped by what is free and a batch gains less.
 	MaxNumSeqs int
 	// KVCacheGB, when positive, caps the batch's KV cache in GiB: fewer
 	// sequences than MaxNumSeqs run at once when their slots need more.
@@ -112,6 +114,9 @@ type LoadOptions struct {
 	// chunks and blocks together); 0 = diffusion.BatchConfig's default.
 	MaxNumBatchedTokens int
 }
+
+// DefaultGPUSeqs is LoadOptions.MaxNumSeqs's default on a GPU.
+const DefaultGPUSeqs = 64
 
 // kvHeadroom is the GPU memory a batch's KV cache leaves free when
 // KVCacheGB does not size it: the forwards' activations, the logits of
@@ -168,6 +173,12 @@ func (c *Checked) ContextLength(maxModelLen int) int {
 // Load reads the weights onto the device, verifying them meanwhile when
 // o.Verify, and builds the sampler.
 func (c *Checked) Load(ctx context.Context, o LoadOptions) (m *Model, err error) {
+	if o.MaxNumSeqs == 0 {
+		o.MaxNumSeqs = 1
+		if o.Device.CUDA {
+			o.MaxNumSeqs = DefaultGPUSeqs
+		}
+	}
 	// The check reads the files a second time, beside the load, the KV
 	// cache and the warm-up, so it costs about the slower of the two
 	// rather than their sum. Every return waits for it; an early one

@@ -137,7 +137,11 @@ type decodePoint struct {
 	TPF             float64 `json:"tpf"` // Tokens / Forwards
 	// HostMS is the host time inside the decoder's forwards, per forward
 	// (0 on the eager engine): on a GPU the time to enqueue one. Close to
-	// StepMedianMS means the CPU sets the pace, not the GPU.
+	// StepMedianMS means the CPU sets the pace, not the GPU. With --batch
+	// it is the host's turn between two batched steps instead (the
+	// sequences reading their picks and asking for the next forward),
+	// when the device waits: the timed wall time less the time inside
+	// the steps (diffusion.BatchStats), per step.
 	HostMS float64 `json:"host_ms"`
 	// FloorMS is the time one forward needs to read the weights and the KV
 	// cache at Context once at BandwidthGBs; VsFloor = StepMedianMS / FloorMS.
@@ -374,6 +378,7 @@ type decodeRun struct {
 	forwards int
 	wall     time.Duration
 	host     time.Duration // of the timed forwards: Sampler.HostTime
+	turnMS   float64       // with --batch, the host's turn a step (decodePoint.HostMS)
 	prefill  time.Duration
 }
 
@@ -486,13 +491,14 @@ func runDecodeBatch(ctx context.Context, m *model.Model, st *diffusion.Settings,
 		mu      sync.Mutex
 		arrived int
 		start   time.Time
+		at      diffusion.BatchStats // at start
 		go1     = make(chan struct{})
 	)
 	atWarm := func() {
 		mu.Lock()
 		arrived++
 		if arrived == len(prompts) {
-			start = time.Now()
+			start, at = time.Now(), b.Stats()
 			close(go1)
 		}
 		mu.Unlock()
@@ -516,6 +522,7 @@ func runDecodeBatch(ctx context.Context, m *model.Model, st *diffusion.Settings,
 		}()
 	}
 	wg.Wait()
+	done, stats := time.Now(), b.Stats()
 	for _, err := range errs {
 		// The first error that is not the cancel it caused.
 		if err != nil && !errors.Is(err, context.Canceled) {
@@ -523,6 +530,9 @@ func runDecodeBatch(ctx context.Context, m *model.Model, st *diffusion.Settings,
 		}
 	}
 	r := &decodeRun{}
+	if steps := stats.Steps - at.Steps; steps > 0 {
+		r.turnMS = float64((done.Sub(start) - (stats.StepTime - at.StepTime)).Microseconds()) / 1000 / float64(steps)
+	}
 	var end time.Time
 	for i, k := range clocks {
 		if errs[i] != nil {
@@ -560,6 +570,9 @@ func (r *decodeRun) point(dev torch.Device, dt torch.DType, md decodeMode, C int
 	if r.forwards > 0 {
 		p.TPF = float64(r.tokens) / float64(r.forwards)
 		p.HostMS = float64(r.host.Microseconds()) / 1000 / float64(r.forwards)
+	}
+	if r.turnMS > 0 {
+		p.HostMS = r.turnMS
 	}
 	return p
 }

@@ -38,7 +38,7 @@ See docs/serve.md.`,
 			&cli.StringFlag{Name: "device", Value: "auto", Usage: "auto (the GPU if there is one), cpu, cuda or cuda:N"},
 			&cli.StringFlag{Name: "dtype", Value: "auto", Usage: "weight and compute dtype: bf16, f16 or f32; auto is bf16 on a GPU, f32 on the CPU"},
 			&cli.IntFlag{Name: "max-queue", Value: 16, Usage: "requests that may wait behind the running ones; more get 503"},
-			&cli.IntFlag{Name: "max-num-seqs", Value: 1, Usage: "requests generated at once; above 1 they denoise together in one batch (continuous batching), each in a KV cache slot of the whole context"},
+			&cli.IntFlag{Name: "max-num-seqs", Usage: "requests generated at once; above 1 they denoise together in one batch (continuous batching), each in a KV cache slot of the whole context (default: 64 on a GPU, as many of them as the KV cache fits; 1 on the CPU)"},
 			&cli.FloatFlag{Name: "kv-cache-gb", Usage: "cap on the batch's KV cache in GiB: fewer than --max-num-seqs run at once when their slots need more (default: on a GPU, the memory free after the weights less 3 GiB)"},
 			&cli.IntFlag{Name: "max-num-batched-tokens", Value: 8192, Usage: "most tokens in one batched forward: blocks, and prompts in chunks of 512"},
 			&cli.DurationFlag{Name: "request-timeout", Value: 10 * time.Minute, Usage: "limit on one request, queueing included (0: none)"},
@@ -90,7 +90,7 @@ func runServe(ctx context.Context, c *cli.Command) error {
 	if c.Int("max-queue") < 0 {
 		return fmt.Errorf("--max-queue must be at least 0")
 	}
-	if c.Int("max-num-seqs") < 1 || c.Int("max-num-batched-tokens") < 1 || c.Float("kv-cache-gb") < 0 {
+	if (c.IsSet("max-num-seqs") && c.Int("max-num-seqs") < 1) || c.Int("max-num-batched-tokens") < 1 || c.Float("kv-cache-gb") < 0 {
 		return fmt.Errorf("--max-num-seqs and --max-num-batched-tokens must be at least 1, --kv-cache-gb at least 0")
 	}
 	if c.Int("max-messages") < 1 || c.Int("max-request-bytes") < 1024 || c.Int("max-connections") < 1 {

@@ -51,17 +51,35 @@ constexpr int kAttnTraceMarks = 5;
 // qfold: q and out are folded, (Hkv, R, D), as the cuDNN path keeps q;
 // then with one split and lse given, the rows' log-sum-exps (base 2) go to
 // lse (Hkv, R) too (a fused commit's own keys, merged with cuDNN's).
+// With bd, nb sequences of a batched forward (continuous batching), the
+// grid's z (nb x splits) spans them: sequence b's bd[4b .. 4b+3] are its
+// first token in q, out and pos, its tokens, its first cache row (its KV
+// slot) and its causal tokens; R, causal and the pointers are then its
+// own, and part and lse hold Rtot rows, its from row (first token) G on.
 template <typename T>
 __global__ void __launch_bounds__(kAThreads)
     attn_decode_kernel(const T *__restrict__ q, const T *__restrict__ kc, const T *__restrict__ vc, T *__restrict__ out,
                        int R, int G, int H, int Hkv, int S, const int64_t *__restrict__ pos, int causal,
-                       float scale_log2, float *__restrict__ part, float *__restrict__ lse, bool qfold) {
+                       float scale_log2, float *__restrict__ part, float *__restrict__ lse, bool qfold,
+                       const int64_t *__restrict__ bd, int nb, int Rtot) {
   ATTN_MARK(0);
   extern __shared__ __align__(16) unsigned char smem[];
   T *Qs = reinterpret_cast<T *>(smem); // (kARows, kAD)
   T *Ks = Qs + kARows * kAD;           // (2, kAKeys, kAD)
   T *Vs = Ks + 2 * kAKeys * kAD;       // (2, kAKeys, kAD)
-  const int rb = blockIdx.x, h = blockIdx.y, split = blockIdx.z, splits = gridDim.z;
+  const int rb = blockIdx.x, h = blockIdx.y;
+  int split = blockIdx.z, splits = gridDim.z, roff = 0;
+  if (bd) { // written by the copy that starts the forward, kernels back: safe before the wait
+    splits = gridDim.z / nb;
+    const int64_t *d = bd + 4 * (blockIdx.z / splits);
+    split = blockIdx.z % splits;
+    R = static_cast<int>(d[1]) * G;
+    if (rb * kARows >= R) return; // a shorter sequence than the grid's longest
+    causal = static_cast<int>(d[3]);
+    const int64_t t0 = d[0], k0 = d[2] * Hkv * kAD;
+    q += t0 * H * kAD, out += t0 * H * kAD, pos += t0, kc += k0, vc += k0;
+    roff = static_cast<int>(t0) * G;
+  }
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   // The positions are written when a forward starts, several kernels back
   // (each kernel here lets the next start only once its own wait is over,
@@ -214,7 +232,7 @@ __global__ void __launch_bounds__(kAThreads)
         *reinterpret_cast<unsigned *>(dst + 8 * d + 2 * (lane % 4)) = pack2<T>(o[d][2 * i] * inv, o[d][2 * i + 1] * inv);
       if (lse && lane % 4 == 0) lse[int64_t(h) * R + r] = l[i] > 0 ? m[i] + log2f(l[i]) : -INFINITY;
     } else {
-      int64_t pr = (int64_t(split) * Hkv + h) * R + r;
+      int64_t pr = (int64_t(split) * Hkv + h) * Rtot + roff + r;
       float *dst = part + pr * kAD;
 #pragma unroll
       for (int d = 0; d < kAD / 8; d++)
@@ -451,8 +469,8 @@ __global__ void __launch_bounds__(128)
 // g_min_tiles tiles, and at most g_splits_cap splits: the merge reads all
 // of a row's splits, and an AR step's 16 rows over 32k keys measured 3.47
 // ms a step with 132 splits against 3.22 with 66 (H200).
-int attn_splits(int64_t R, int64_t Hkv, int64_t S) {
-  int64_t base = (R + kARows - 1) / kARows * Hkv, tiles = (S + kAKeys - 1) / kAKeys;
+int attn_splits(int64_t R, int64_t Hkv, int64_t S, int64_t nb = 1) {
+  int64_t base = (R + kARows - 1) / kARows * Hkv * nb, tiles = (S + kAKeys - 1) / kAKeys;
   int64_t want = (g_ctas_per_sm * sm_count() + base - 1) / base;
   if (want > g_splits_cap) want = g_splits_cap;
   int64_t most = tiles / g_min_tiles;
@@ -477,11 +495,13 @@ template <typename T> size_t attn_smem() {
 template <typename T>
 cudaError_t attn_launch(dim3 grid, size_t smem, cudaStream_t st, const void *q, const void *kc, const void *vc,
                         void *out, int64_t R, int64_t G, int64_t H, int64_t Hkv, int64_t S, const int64_t *pos,
-                        int64_t causal, float scale, float *part, float *lse, bool qfold) {
+                        int64_t causal, float scale, float *part, float *lse, bool qfold,
+                        const int64_t *bd = nullptr, int64_t nb = 0, int64_t Rtot = 0) {
   return launch(attn_decode_kernel<T>, grid, kAThreads, smem, st, static_cast<const T *>(q),
                 static_cast<const T *>(kc), static_cast<const T *>(vc), static_cast<T *>(out), static_cast<int>(R),
                 static_cast<int>(G), static_cast<int>(H), static_cast<int>(Hkv), static_cast<int>(S), pos,
-                static_cast<int>(causal), scale * 1.4426950408889634f, part, lse, qfold);
+                static_cast<int>(causal), scale * 1.4426950408889634f, part, lse, qfold, bd, static_cast<int>(nb),
+                static_cast<int>(bd ? Rtot : R));
 }
 
 // attn_own launches attn_decode_kernel<T> for dtk_attn_own: q folded, one
@@ -511,6 +531,32 @@ int attn_decode(const void *q, const void *kc, const void *vc, void *out, int64_
   return launch(attn_merge_kernel<T>, dim3(static_cast<unsigned>(R), static_cast<unsigned>(Hkv)),
                 dim3(kAD, kMergeWays), 0, st, part, lse, static_cast<T *>(out), static_cast<int>(R),
                 static_cast<int>(G), static_cast<int>(H), static_cast<int>(Hkv), splits, static_cast<int>(S), pos);
+}
+
+// attn_decode_batch is attn_decode over the nb sequences of a batched
+// forward (dtk_attn_decode_batch): one grid of the longest sequence's row
+// blocks for each sequence and split, the splits chosen for the longest
+// context, merged over all rows at once (a shorter sequence's splits past
+// its keys hold nothing: weight 0).
+template <typename T>
+int attn_decode_batch(const void *q, const void *kc, const void *vc, void *out, int64_t N, int64_t H, int64_t Hkv,
+                      int64_t nb, const int64_t *bd, const int64_t *pos, int64_t max_n, int64_t max_s, float scale,
+                      void *scratch, cudaStream_t st) {
+  const size_t smem = attn_smem<T>();
+  if (smem == 0) return cudaErrorInvalidValue;
+  int64_t G = H / Hkv, Rtot = N * G, Rmax = max_n * G;
+  int splits = attn_splits(Rmax, Hkv, max_s, nb);
+  float *part = splits > 1 ? static_cast<float *>(scratch) : nullptr;
+  float *lse = splits > 1 ? part + int64_t(splits) * Hkv * Rtot * kAD : nullptr;
+  dim3 grid(static_cast<unsigned>((Rmax + kARows - 1) / kARows), static_cast<unsigned>(Hkv),
+            static_cast<unsigned>(splits * nb));
+  cudaError_t e = attn_launch<T>(grid, smem, st, q, kc, vc, out, Rmax, G, H, Hkv, max_s, pos, 0, scale, part, lse,
+                                 false, bd, nb, Rtot);
+  if (e != cudaSuccess || splits == 1) return e;
+  return launch(attn_merge_kernel<T>, dim3(static_cast<unsigned>(Rtot), static_cast<unsigned>(Hkv)),
+                dim3(kAD, kMergeWays), 0, st, part, lse, static_cast<T *>(out), static_cast<int>(Rtot),
+                static_cast<int>(G), static_cast<int>(H), static_cast<int>(Hkv), splits, static_cast<int>(max_s),
+                static_cast<const int64_t *>(nullptr));
 }
 
 // merge_lse launches attn_merge_lse_kernel<T> for dtk_attn_merge_lse_own,
@@ -603,6 +649,28 @@ int dtk_attn_own(int dtype, const void *q, const void *ks, const void *vs, void 
   if (dtype == kBF16) return attn_own<__nv_bfloat16>(q, ks, vs, out, lse, T, H, Hkv, pos, causal, scale, st);
   if (dtype == kF16) return attn_own<__half>(q, ks, vs, out, lse, T, H, Hkv, pos, causal, scale, st);
   return cudaErrorInvalidValue;
+}
+
+int dtk_attn_decode_batch(int dtype, const void *q, const void *kc, const void *vc, void *out, int64_t N, int64_t H,
+                          int64_t Hkv, int64_t nb, const int64_t *bd, const int64_t *pos, int64_t max_n,
+                          int64_t max_s, float scale, void *scratch, void *stream) {
+  auto st = static_cast<cudaStream_t>(stream);
+  auto misaligned = [](const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15) != 0; };
+  if (N < 1 || nb < 1 || max_n < 1 || max_n > N || Hkv < 1 || H % Hkv != 0 || max_s < 1 || N * H > 2147483647 ||
+      max_s > 2147483647 || nb * attn_splits(max_n * (H / Hkv), Hkv, max_s, nb) > 65535 || !bd || !pos ||
+      misaligned(q) || misaligned(kc) || misaligned(vc) || misaligned(out) ||
+      (attn_splits(max_n * (H / Hkv), Hkv, max_s, nb) > 1 && !scratch))
+    return cudaErrorInvalidValue;
+  if (dtype == kBF16)
+    return attn_decode_batch<__nv_bfloat16>(q, kc, vc, out, N, H, Hkv, nb, bd, pos, max_n, max_s, scale, scratch, st);
+  if (dtype == kF16)
+    return attn_decode_batch<__half>(q, kc, vc, out, N, H, Hkv, nb, bd, pos, max_n, max_s, scale, scratch, st);
+  return cudaErrorInvalidValue;
+}
+
+int64_t dtk_attn_decode_batch_scratch(int64_t N, int64_t H, int64_t Hkv, int64_t nb, int64_t max_n, int64_t max_s) {
+  int64_t G = H / Hkv, splits = attn_splits(max_n * G, Hkv, max_s, nb);
+  return splits > 1 ? splits * Hkv * N * G * (kAD + 1) : 0;
 }
 
 int64_t dtk_attn_decode_scratch(int64_t T, int64_t H, int64_t Hkv, int64_t S) {

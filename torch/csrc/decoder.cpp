@@ -537,21 +537,18 @@ struct Decoder {
   // the single-sequence forward's code) over all their rows at once, so the
   // weights are read once for the batch, each row at its own position and
   // its keys and values in its sequence's slot; attention per sequence
-  // over its slot (on a GPU two FlashAttention calls for the whole batch:
+  // over its slot (on a GPU one call of the shim's attention for the
+  // whole batch, or with another head dim two FlashAttention calls:
   // attend_varlen). ids holds the sequences' tokens one after another; it
   // returns their final hidden states in the same order.
   at::Tensor forward_batch(const at::Tensor &ids, const std::vector<BatchSeq> &b) {
-    int64_t N = ids.numel(), off = 0;
-    std::vector<int64_t> inpos, rows;
-    inpos.reserve(N), rows.reserve(N);
+    int64_t N = ids.numel(), B = static_cast<int64_t>(b.size()), off = 0, max_n = 0, max_s = 0;
     for (auto &s : b) {
-      TORCH_CHECK(s.slot >= 0 && s.slot < seqs && s.n >= 1 && s.pos >= 0 && s.pos + s.n <= cos.size(0),
+      TORCH_CHECK(s.slot >= 0 && s.slot < seqs && s.n >= 1 && s.pos >= 0 && s.pos + s.n <= cos.size(0) &&
+                      off + s.n <= N,
                   "decoder: batch sequence in slot ", s.slot, " of ", seqs, ", ", s.n, " tokens at ", s.pos,
-                  " (context ", cos.size(0), ")");
-      for (int64_t t = 0; t < s.n; t++) {
-        inpos.push_back(s.pos + t);
-        rows.push_back(s.slot * slot_rows + s.pos + t);
-      }
+                  " (context ", cos.size(0), ", ", N, " ids)");
+      max_n = std::max(max_n, s.n), max_s = std::max(max_s, s.pos + s.n);
       off += s.n;
     }
     TORCH_CHECK(off == N, "decoder: the batch's sequences hold ", off, " tokens, ids ", N);
@@ -559,23 +556,83 @@ struct Decoder {
     // needs the slots past what was written zero (clear_past).
     for (auto &s : b)
       if (s.slot == 0) written = std::max(written, s.pos + s.n);
-    auto dev = ids.device();
-    auto positions = at::tensor(inpos, at::kLong).to(dev);
-    auto cache_rows = at::tensor(rows, at::kLong).to(dev);
-    auto x = embed.index_select(0, ids); // (N, C)
+#if defined(DLLM_CUDA) && defined(DLLM_KERNELS)
+    last_in = nullptr; // forward_next builds on the single-stream forward's inputs only
+    if (auto *g = batch_graph(N, B, max_n)) {
+      // 1. The inputs into the graph's own buffers: the embeddings of the
+      //    ids (zeros in the padding rows) and the table.
+      g->x.narrow(0, 0, N).copy_(embed.index_select(0, ids));
+      if (g->x.size(0) > N) g->x.narrow(0, N, g->x.size(0) - N).zero_(); // the layers add to x in place
+      g->din.copy_(at::tensor(batch_input(b, g->x.size(0), g->B), at::kLong), true);
+      // 2. The layers as recorded.
+      g->g->replay();
+      return g->out.narrow(0, 0, N);
+    }
+#endif
+    auto din = at::tensor(batch_input(b, N, B), at::kLong).to(ids.device());
+    return layers_batch(embed.index_select(0, ids), din, b, B, max_n, max_s);
+  }
+
+  // batch_input lays out a batched forward's inputs for the device (one
+  // copy): positions (N), cache rows (N), and the sequences' table for the
+  // shim's attention (4 B: first token, tokens, first cache row, causal
+  // tokens). Past b's tokens and sequences, up to N and B (a graph's
+  // padding), tokens write their keys and values to the caches' spare
+  // last row and sequences have no tokens.
+  std::vector<int64_t> batch_input(const std::vector<BatchSeq> &b, int64_t N, int64_t B) const {
+    std::vector<int64_t> in(2 * N + 4 * B, 0);
+    std::fill(in.begin() + N, in.begin() + 2 * N, seqs * slot_rows);
+    int64_t off = 0;
+    for (size_t i = 0; i < b.size(); i++) {
+      auto &s = b[i];
+      for (int64_t t = 0; t < s.n; t++) {
+        in[off + t] = s.pos + t;
+        in[N + off + t] = s.slot * slot_rows + s.pos + t;
+      }
+      int64_t *d = &in[2 * N + 4 * i];
+      d[0] = off, d[1] = s.n, d[2] = s.slot * slot_rows, d[3] = std::clamp<int64_t>(s.causal, 0, s.n);
+      off += s.n;
+    }
+    return in;
+  }
+
+  // layers_batch is forward_batch's layers and final norm over x (N, C),
+  // din its batch_input on the device (N rows, B sequences, at most max_n
+  // tokens and max_s keys a sequence); b is needed only without the
+  // shim's attention.
+  at::Tensor layers_batch(at::Tensor x, const at::Tensor &din, const std::vector<BatchSeq> &b, int64_t B,
+                          int64_t max_n, int64_t max_s) {
+    int64_t N = x.size(0);
+    auto positions = din.narrow(0, 0, N), cache_rows = din.narrow(0, N, N);
 #ifdef DLLM_CUDA
     Varlen vl;
-    if (flash) vl = varlen(b, dev);
+    if (flash && !attn) vl = varlen(b, x.device());
+#ifdef DLLM_KERNELS
+    at::Tensor scratch;
+    if (attn)
+      scratch = at::empty({std::max<int64_t>(1, dtk_attn_decode_batch_scratch(N, H, Hkv, B, max_n, max_s))},
+                          x.options().dtype(at::kFloat));
+#endif
 #endif
     for (auto &ly : layers) {
       auto q = pre(ly, x, positions, false, false, nullptr, at::Tensor(), cache_rows).squeeze(0); // (N, H, D)
       at::Tensor a; // (N, H*D)
 #ifdef DLLM_CUDA
-      if (flash) a = attend_varlen(ly, q, vl);
+#ifdef DLLM_KERNELS
+      if (attn) {
+        a = at::empty({N, H * D}, q.options());
+        check_launch(dtk_attn_decode_batch(static_cast<int>(q.scalar_type()), q.data_ptr(), ly.kc.data_ptr(),
+                                           ly.vc.data_ptr(), a.data_ptr(), N, H, Hkv, B,
+                                           din.data_ptr<int64_t>() + 2 * N, positions.data_ptr<int64_t>(), max_n,
+                                           max_s, static_cast<float>(attn_scale()), scratch.data_ptr(), stream()),
+                     "attn_decode_batch");
+      }
+#endif
+      if (flash && !attn) a = attend_varlen(ly, q, vl);
 #endif
       if (!a.defined()) {
         std::vector<at::Tensor> ao;
-        off = 0;
+        int64_t off = 0;
         for (auto &s : b) {
           auto qs = q.narrow(0, off, s.n).unsqueeze(0); // (1, n, H, D)
           ao.push_back(attend(ly, qs, s.pos, std::clamp<int64_t>(s.causal, 0, s.n), at::Tensor(), s.slot * slot_rows)
@@ -589,8 +646,64 @@ struct Decoder {
     return norm_(x, norm);
   }
 
+#if defined(DLLM_CUDA) && defined(DLLM_KERNELS)
+  // Batched forwards of sequences of up to kBatchGraphTokens tokens (block
+  // steps, AR steps; not prompt chunks) and up to kBatchGraphRows tokens in
+  // all run from CUDA graphs, one per bucket of tokens and sequences, the
+  // batch padded up to its bucket: an eager forward launches ~10 kernels a
+  // layer from the host, which takes longer than a small batch's GPU work.
+  // Past kBatchGraphRows the GPU's work hides the launches.
+  static constexpr int64_t kBatchGraphTokens = 64, kBatchGraphRows = 1024;
+
+  // BatchGraph is one bucket's graph and its own buffers.
+  struct BatchGraph {
+    std::unique_ptr<at::cuda::CUDAGraph> g;
+    at::Tensor x, din, out; // inputs (N, C) and (2 N + 4 B) as batch_input lays them out; final hidden states (N, C)
+    int64_t B = 0;
+  };
+  std::map<std::pair<int64_t, int64_t>, BatchGraph> batch_graphs;
+  std::map<std::pair<int64_t, int64_t>, int> batch_seen;
+
+  // batch_graph returns the graph of the bucket of a batch of N tokens in
+  // B sequences of at most max_n, captured on the bucket's second use (as
+  // the single-stream graphs are: the first runs eagerly, warming cuBLAS
+  // for the shape), or null for an eager forward. Buckets: B rounded up to
+  // a power of two; N to a power of two up to 64, then to a multiple of 64.
+  BatchGraph *batch_graph(int64_t N, int64_t B, int64_t max_n) {
+    if (graphs <= 0 || !attn || max_n > kBatchGraphTokens || N > kBatchGraphRows) return nullptr;
+    int64_t Bb = 1, Nb = 8;
+    while (Bb < B) Bb *= 2;
+    while (Nb < std::min<int64_t>(N, 64)) Nb *= 2;
+    if (N > 64) Nb = (N + 63) / 64 * 64;
+    auto key = std::make_pair(Nb, Bb);
+    auto it = batch_graphs.find(key);
+    if (it != batch_graphs.end()) return &it->second;
+    if (++batch_seen[key] < 2) return nullptr;
+    BatchGraph bg;
+    bg.B = Bb;
+    auto dev = embed.device();
+    on_side([&] {
+      // An eager forward of the bucket's shape first (cuBLAS's workspace on
+      // the side stream), then the capture; the table has no sequences
+      // and every row writes the spare cache row, so neither touches a
+      // sequence's keys.
+      bg.x = at::zeros({Nb, embed.size(1)}, embed.options());
+      bg.din = at::tensor(batch_input({}, Nb, Bb), at::kLong).to(dev);
+      int64_t max_n = std::min(kBatchGraphTokens, Nb);
+      layers_batch(bg.x, bg.din, {}, Bb, max_n, slot_rows);
+      bg.g = std::make_unique<at::cuda::CUDAGraph>();
+      bg.g->capture_begin(pool, cudaStreamCaptureModeThreadLocal);
+      bg.out = layers_batch(bg.x, bg.din, {}, Bb, max_n, slot_rows);
+      bg.g->capture_end();
+      if (pool.first == 0 && pool.second == 0) pool = bg.g->pool();
+    });
+    return &(batch_graphs[key] = std::move(bg));
+  }
+#endif
+
 #ifdef DLLM_CUDA
-  // Varlen is a batched forward's attention plan for FlashAttention 2's
+  // Varlen is a batched forward's attention plan, without the shim's
+  // attention (a head dim other than 128), for FlashAttention 2's
   // variable-length form: its causal rows (each sequence's first causal,
   // seeing the keys up to their own positions) and its other rows (seeing
   // all of their sequence's keys, folded as flash_part folds them: the G
@@ -1065,8 +1178,9 @@ dt_err dt_decoder_new(dt_tensor embed, dt_tensor norm, dt_tensor head, const dt_
     d->seqs = std::max(seqs, 1);
     d->slot_rows = slots;
     for (auto &ly : d->layers) {
-      ly.kc = at::zeros({d->seqs * slots, d->Hkv, d->D}, d->embed.options());
-      ly.vc = at::zeros({d->seqs * slots, d->Hkv, d->D}, d->embed.options());
+      // One spare row past the slots: a batched graph's padding rows write there (batch_input).
+      ly.kc = at::zeros({d->seqs * slots + 1, d->Hkv, d->D}, d->embed.options());
+      ly.vc = at::zeros({d->seqs * slots + 1, d->Hkv, d->D}, d->embed.options());
     }
 #ifdef DLLM_CUDA
     d->graphs = cuda ? graphs : 0;

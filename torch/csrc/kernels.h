@@ -131,6 +131,19 @@ int dtk_attn_decode_pos(int dtype, const void *q, const void *kc, const void *vc
                         int64_t Hkv, int64_t S, const int64_t *pos, int64_t causal, float scale, void *scratch,
                         void *stream);
 
+// dtk_attn_decode_pos for the nb sequences of a batched forward, q and out
+// (N, H, 128) their N tokens one after another, pos (N) their positions:
+// sequence b's bd[4b .. 4b+3] are its first token, its tokens n_b, the
+// first row of its KV slot in the caches (its keys are that slot's rows
+// [0, pos of its last token + 1)) and its causal tokens (as
+// dtk_attn_decode_pos's). max_n >= every n_b and max_s >= every
+// sequence's keys size the grid; scratch holds
+// dtk_attn_decode_batch_scratch floats.
+int dtk_attn_decode_batch(int dtype, const void *q, const void *kc, const void *vc, void *out, int64_t N, int64_t H,
+                          int64_t Hkv, int64_t nb, const int64_t *bd, const int64_t *pos, int64_t max_n,
+                          int64_t max_s, float scale, void *scratch, void *stream);
+int64_t dtk_attn_decode_batch_scratch(int64_t N, int64_t H, int64_t Hkv, int64_t nb, int64_t max_n, int64_t max_s);
+
 // For probes (probes/gpu_attn_probe.py): programmatic dependent launch of
 // these kernels on (1) or off (0), and dtk_attn_decode's split of the keys
 // (at most splits_cap splits, about ctas_per_sm CTAs per SM, at least
