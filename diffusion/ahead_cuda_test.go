@@ -74,6 +74,59 @@ func TestSamplerCUDAAhead(t *testing.T) {
 	}
 }
 
+// On a GPU: a sequence alone in a Batcher (slot 0: the single-stream
+// decoder's path) queues its fixed-commit steps ahead as the Sampler does,
+// and writes what it writes without, in bf16 (both run the same kernels:
+// only the queueing differs), over two generations each.
+func TestBatcherCUDAAhead(t *testing.T) {
+	if err := torch.Load(); err != nil || !torch.CUDAAvailable() {
+		t.Skip("no CUDA device")
+	}
+	cfg, err := model.LoadConfig("../testdata/minicpm5-2b-shape")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := model.NewRandom(cfg, model.LoadOptions{Device: torch.CUDA(0), DType: torch.BFloat16}, 3, 0.02)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Free()
+	st := NewSettings(cfg.VocabSize-1, DefaultMaskToken, 32, true)
+	prompt := make([]int64, 1100)
+	for i := range prompt {
+		prompt[i] = int64(i*7919) % int64(cfg.VocabSize-1)
+	}
+	o := Options{BlockSize: 32, FixedCommit: 3, MaxNewTokens: 4 * 32, ContextLimit: len(prompt) + 4*32, TopP: 1}
+	gen := func(ahead bool) ([2]*Result, BatchStats) {
+		t.Helper()
+		b, err := NewBatcher(m, st, BatchConfig{Seqs: 2, Context: len(prompt) + 4*32})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		b.noAhead = !ahead
+		var res [2]*Result
+		for i := range res {
+			if res[i], err = b.Generate(context.Background(), prompt, o, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return res, b.Stats()
+	}
+	want, _ := gen(false)
+	got, stats := gen(true)
+	for i := range got {
+		if !slices.Equal(got[i].IDs, want[i].IDs) || got[i].Steps != want[i].Steps {
+			t.Fatalf("generation %d: queued ahead %d steps %v; not: %d steps %v", i+1, got[i].Steps, got[i].IDs,
+				want[i].Steps, want[i].IDs)
+		}
+	}
+	t.Logf("%d of %d steps queued ahead", stats.Ahead, stats.Steps)
+	if stats.Ahead == 0 {
+		t.Error("no step was queued ahead")
+	}
+}
+
 // On a GPU: every sequence of a batch writes what it writes alone, with
 // random weights of MiniCPM5-2B's shape in float32 (in bf16 a random
 // model's near-ties flip with any change of rounding, so tokens could not

@@ -34,7 +34,10 @@ type Batcher struct {
 	done   chan struct{} // closed when the loop has returned
 	once   sync.Once
 
-	steps, seqForwards, gatherTimeouts, stepNanos atomic.Int64 // BatchStats
+	steps, seqForwards, gatherTimeouts, stepNanos, ahead atomic.Int64 // BatchStats
+
+	// noAhead never queues a lone sequence's step ahead (as Sampler.noAhead).
+	noAhead bool
 }
 
 // BatchStats count a Batcher's work so far.
@@ -45,17 +48,23 @@ type BatchStats struct {
 	// GatherTimeouts counts the steps that ran without a sequence of the
 	// batch after waiting maxGather for it.
 	GatherTimeouts int64
+	// Ahead counts the steps a sequence alone queued before the host had
+	// read its last picks (engine.next; the single-stream decoder's
+	// ForwardNext), which Steps counts too.
+	Ahead int64
 	// StepTime is the time inside the steps: the forwards and, for
-	// greedy sequences, their picks on the host (on a GPU it includes the
-	// device's work then). What the wall time of a run of steps has
-	// beyond it is the host's turn between steps, when the device waits.
+	// greedy sequences of a step of several, their picks on the host, so
+	// that on a GPU such a step's time includes the device's work (a lone
+	// sequence's forward, and a step of sampling sequences, are only
+	// queued). What the wall time of a run of greedy steps has beyond it
+	// is the host's turn between steps, when the device waits.
 	StepTime time.Duration
 }
 
 // Stats returns the counts so far.
 func (b *Batcher) Stats() BatchStats {
 	return BatchStats{Steps: b.steps.Load(), SeqForwards: b.seqForwards.Load(), GatherTimeouts: b.gatherTimeouts.Load(),
-		StepTime: time.Duration(b.stepNanos.Load())}
+		Ahead: b.ahead.Load(), StepTime: time.Duration(b.stepNanos.Load())}
 }
 
 // BatchConfig sizes a Batcher.
@@ -77,10 +86,23 @@ type BatchConfig struct {
 // batchEvent is what the loop hears from the sequences: one joins, one
 // leaves, one is away in its caller's onBlock (which may write to a slow
 // client: the batch does not wait for it) or back, or one asks for a
-// forward.
+// forward, or for its next step queued ahead.
 type batchEvent struct {
 	join, leave, away, back bool
 	req                     *batchReq
+	next                    *batchNext
+}
+
+// batchNext asks to queue a sequence's next fixed-commit step ahead
+// (engine.next), which only a sequence alone in slot 0 may: the
+// single-stream decoder's ForwardNext, whose inputs are its last forward's.
+type batchNext struct {
+	slot, n, k int
+	pos, mask  int64
+	picks      *torch.Tensor
+	shift      bool
+	out        chan batchOut
+	ok         bool // set with out's answer
 }
 
 // batchReq is one sequence's forward: its tokens at its slot's positions,
@@ -242,6 +264,8 @@ func (b *Batcher) loop() {
 						active++
 					case e.leave, e.away:
 						active--
+					case e.next != nil:
+						b.stepAhead(e.next, active == 1 && len(waiting) == 0)
 					default:
 						waiting = append(waiting, e.req)
 					}
@@ -341,6 +365,25 @@ func (b *Batcher) step(reqs []*batchReq) {
 	logits.Free()
 }
 
+// stepAhead answers nx: its step queued ahead where alone says the
+// sequence is the batch's only one, none otherwise.
+func (b *Batcher) stepAhead(nx *batchNext, alone bool) {
+	if !alone || b.noAhead || nx.slot != 0 || nx.picks == nil {
+		nx.out <- batchOut{}
+		return
+	}
+	start := time.Now()
+	logits, ok, err := b.dec.ForwardNextOne(nx.n, nx.pos, nx.picks, nx.mask, nx.k, nx.shift)
+	if ok {
+		b.steps.Add(1)
+		b.seqForwards.Add(1)
+		b.ahead.Add(1)
+		b.stepNanos.Add(int64(time.Since(start)))
+	}
+	nx.ok = ok
+	nx.out <- batchOut{logits: logitRows{t: logits}, err: err}
+}
+
 // batchEngine is one sequence's engine: its forwards go to the Batcher's
 // loop, its positions are its slot's.
 type batchEngine struct {
@@ -372,9 +415,19 @@ func (e *batchEngine) commit(n int64) error {
 	return nil
 }
 
-// next queues nothing: a batched step waits for every sequence's picks.
-func (e *batchEngine) next(int, *torch.Tensor, int64, int, bool) (logitRows, bool, error) {
-	return logitRows{}, false, nil
+// next queues the step ahead where the sequence is alone in slot 0 (a
+// lone user's, who then gets the single-stream decoder's speed); a
+// batched step waits for every sequence's picks.
+func (e *batchEngine) next(n int, picks *torch.Tensor, mask int64, k int, shift bool) (logitRows, bool, error) {
+	if e.slot != 0 || picks == nil {
+		return logitRows{}, false, nil
+	}
+	nx := &batchNext{slot: e.slot, n: n, k: k, pos: e.len, mask: mask, picks: picks, shift: shift, out: make(chan batchOut, 1)}
+	if !e.b.send(batchEvent{next: nx}) {
+		return logitRows{}, false, errBatcherClosed
+	}
+	o := <-nx.out
+	return o.logits, nx.ok, o.err
 }
 
 func (e *batchEngine) room() int64 { return e.limit - e.len }

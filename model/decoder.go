@@ -231,6 +231,20 @@ func (d *BatchDecoder) ForwardOne(s torch.BatchSeq) (logits *torch.Tensor, err e
 	return d.d.Forward(s.IDs, s.Pos, s.Causal, s.Rows), nil
 }
 
+// ForwardNextOne is Decoder.ForwardNext for the sequence alone in slot 0
+// whose last forward was ForwardOne: the next denoising forward of its
+// fixed-commit block of n tokens at pos, its canvas made on the device
+// from that forward's inputs and picks (n rows of logits). ok false:
+// nothing was queued (off the GPU, or the last forward was another).
+func (d *BatchDecoder) ForwardNextOne(n int, pos int64, picks *torch.Tensor, mask int64, k int, shift bool) (logits *torch.Tensor, ok bool, err error) {
+	defer torch.Recover(&err)
+	if n < 1 || k < 1 || pos < 0 || pos+int64(n) > d.Max {
+		return nil, false, fmt.Errorf("decoder: a next step of %d positions at %d committing %d, context %d", n, pos, k, d.Max)
+	}
+	logits, ok = d.d.ForwardNext(n, pos, picks, mask, k, shift, n)
+	return logits, ok, nil
+}
+
 // Prepare makes ForwardOne's CUDA graphs for blocks of block tokens over
 // the whole context now (Decoder.Prepare); it runs forwards in slot 0, so
 // it must come before any sequence uses the decoder.

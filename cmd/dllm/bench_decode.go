@@ -138,7 +138,7 @@ type decodePoint struct {
 	// HostMS is the host time inside the decoder's forwards, per forward
 	// (0 on the eager engine): on a GPU the time to enqueue one. Close to
 	// StepMedianMS means the CPU sets the pace, not the GPU. With --batch
-	// it is the host's turn between two batched steps instead (the
+	// above 1 it is the host's turn between two batched steps instead (the
 	// sequences reading their picks and asking for the next forward),
 	// when the device waits: the timed wall time less the time inside
 	// the steps (diffusion.BatchStats), per step.
@@ -530,7 +530,7 @@ func runDecodeBatch(ctx context.Context, m *model.Model, st *diffusion.Settings,
 		}
 	}
 	r := &decodeRun{}
-	if steps := stats.Steps - at.Steps; steps > 0 {
+	if steps := stats.Steps - at.Steps; steps > 0 && len(prompts) > 1 {
 		r.turnMS = float64((done.Sub(start) - (stats.StepTime - at.StepTime)).Microseconds()) / 1000 / float64(steps)
 	}
 	var end time.Time
