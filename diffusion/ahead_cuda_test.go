@@ -9,6 +9,24 @@ import (
 	"dllm/torch"
 )
 
+// shapeModel is a model of MiniCPM5-2B's shape with random weights of dt
+// on the GPU; the test is skipped without one.
+func shapeModel(t *testing.T, dt torch.DType) (*model.Model, *model.Config) {
+	t.Helper()
+	if err := torch.Load(); err != nil || !torch.CUDAAvailable() {
+		t.Skip("no CUDA device")
+	}
+	cfg, err := model.LoadConfig("../testdata/minicpm5-2b-shape")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := model.NewRandom(cfg, model.LoadOptions{Device: torch.CUDA(0), DType: dt}, 3, 0.02)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, cfg
+}
+
 // On a GPU (skipped elsewhere): a fixed-commit generation whose steps are
 // queued before the host reads the picks of the step before (denoise)
 // gives the tokens and step counts of the one that is not
@@ -20,17 +38,7 @@ import (
 //
 //	go test -c -o diffusion.test ./diffusion && ./diffusion.test -test.run CUDA -test.v
 func TestSamplerCUDAAhead(t *testing.T) {
-	if err := torch.Load(); err != nil || !torch.CUDAAvailable() {
-		t.Skip("no CUDA device")
-	}
-	cfg, err := model.LoadConfig("../testdata/minicpm5-2b-shape")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := model.NewRandom(cfg, model.LoadOptions{Device: torch.CUDA(0), DType: torch.BFloat16}, 3, 0.02)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, cfg := shapeModel(t, torch.BFloat16)
 	defer m.Free()
 	st := NewSettings(cfg.VocabSize-1, DefaultMaskToken, 32, true)
 	prompt := make([]int64, 1100) // past 1024 keys: the cuDNN path's graphs
@@ -47,6 +55,7 @@ func TestSamplerCUDAAhead(t *testing.T) {
 			StopIDs: stop}
 		var res [2]*Result
 		for i := range res {
+			var err error
 			if res[i], err = s.Generate(context.Background(), prompt, o, nil); err != nil {
 				t.Fatal(err)
 			}
@@ -79,17 +88,7 @@ func TestSamplerCUDAAhead(t *testing.T) {
 // and writes what it writes without, in bf16 (both run the same kernels:
 // only the queueing differs), over two generations each.
 func TestBatcherCUDAAhead(t *testing.T) {
-	if err := torch.Load(); err != nil || !torch.CUDAAvailable() {
-		t.Skip("no CUDA device")
-	}
-	cfg, err := model.LoadConfig("../testdata/minicpm5-2b-shape")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := model.NewRandom(cfg, model.LoadOptions{Device: torch.CUDA(0), DType: torch.BFloat16}, 3, 0.02)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, cfg := shapeModel(t, torch.BFloat16)
 	defer m.Free()
 	st := NewSettings(cfg.VocabSize-1, DefaultMaskToken, 32, true)
 	prompt := make([]int64, 1100)
@@ -135,17 +134,7 @@ func TestBatcherCUDAAhead(t *testing.T) {
 // decoding (blocks of 1), contexts past 1024 keys, four generations
 // through three slots.
 func TestBatcherCUDAMatchesSampler(t *testing.T) {
-	if err := torch.Load(); err != nil || !torch.CUDAAvailable() {
-		t.Skip("no CUDA device")
-	}
-	cfg, err := model.LoadConfig("../testdata/minicpm5-2b-shape")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := model.NewRandom(cfg, model.LoadOptions{Device: torch.CUDA(0), DType: torch.Float32}, 3, 0.02)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, cfg := shapeModel(t, torch.Float32)
 	defer m.Free()
 	st := NewSettings(cfg.VocabSize-1, DefaultMaskToken, 32, true)
 	prompt := func(n, seed int) []int64 {
@@ -166,6 +155,7 @@ func TestBatcherCUDAMatchesSampler(t *testing.T) {
 	defer s.Close()
 	want := make([]*Result, len(opts))
 	for i, o := range opts {
+		var err error
 		if want[i], err = s.Generate(context.Background(), prompts[i], o, nil); err != nil {
 			t.Fatal(err)
 		}
