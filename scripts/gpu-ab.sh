@@ -14,7 +14,10 @@
 #                                   # medians and new/old
 #
 # Environment (run): CTX ("1k 8k 32k"), COMMIT (3), TOKENS (192), WARMUP
-# (96), ROUNDS (2), PY (python3). Results in $OUT/ab.jsonl when OUT is set.
+# (96), ROUNDS (2), PY (python3), E2E=1 to add the end-to-end point per
+# round and arm (scripts/gpu_serve_bench.py --e2e-only: serve.sh with each
+# arm's defaults, 16,000 tokens at 3 a step after a 100-token prompt).
+# Results in $OUT/ab.jsonl when OUT is set.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 OLD=build/ab/old
@@ -55,17 +58,36 @@ run)
 			done
 		done
 	done
+	if [ "${E2E:-0}" = 1 ]; then
+		# serve.sh runs bin/dllm and bin/libdllmtorch.so: each arm's in turn.
+		cp bin/dllm /tmp/ab-new-dllm && cp bin/libdllmtorch.so /tmp/ab-new-shim.so
+		for round in $(seq "${ROUNDS:-2}"); do
+			for arm in old new; do
+				if [ "$arm" = old ]; then
+					cp "$OLD/dllm" bin/dllm && cp "$OLD/bin/libdllmtorch.so" bin/libdllmtorch.so
+				else
+					cp /tmp/ab-new-dllm bin/dllm && cp /tmp/ab-new-shim.so bin/libdllmtorch.so
+				fi
+				timeout 300 $PY scripts/gpu_serve_bench.py --e2e-only --e2e-prompt 100 --e2e-tokens 16000 2>&1 |
+					$PY -c "import re, sys
+for l in sys.stdin:
+    m = re.search(r'bench --server: .*?([0-9.]+)\s+\(medians', l)
+    if m: print('{\"arm\":\"$arm\",\"round\":$round,\"context\":\"e2e 16k\",\"mode\":\"tok/s\",\"step_median_ms\":' + m.group(1) + '}')" >>"$RES"
+			done
+		done
+		cp /tmp/ab-new-dllm bin/dllm && cp /tmp/ab-new-shim.so bin/libdllmtorch.so
+	fi
 	$PY - "$RES" <<'PYEOF'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 pts = {}
 for r in rows:
-    pts.setdefault((r["context"], r["mode"]), {}).setdefault(r["arm"], []).append(r["step_median_ms"])
-print(f"{'ctx':>6} {'mode':>8} {'old ms':>14} {'new ms':>14} {'new/old':>8}")
+    pts.setdefault((str(r["context"]), r["mode"]), {}).setdefault(r["arm"], []).append(r["step_median_ms"])
+print(f"{'ctx':>7} {'mode':>8} {'old':>14} {'new':>14} {'new/old':>8}   (ms a step; the e2e row tok/s)")
 for (ctx, mode), arms in sorted(pts.items()):
     o, n = statistics.median(arms.get("old", [0])), statistics.median(arms.get("new", [0]))
     f = lambda v: "/".join(f"{x:.2f}" for x in v)
-    print(f"{ctx:>6} {mode:>8} {f(arms.get('old', [])):>14} {f(arms.get('new', [])):>14} {n / o if o else 0:8.3f}")
+    print(f"{ctx:>7} {mode:>8} {f(arms.get('old', [])):>14} {f(arms.get('new', [])):>14} {n / o if o else 0:8.3f}")
 PYEOF
 	;;
 *)
