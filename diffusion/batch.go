@@ -107,11 +107,13 @@ type batchNext struct {
 
 // batchReq is one sequence's forward: its tokens at its slot's positions,
 // answered on out. A greedy sequence's rows come with their picks
-// (greedy: the mask token that is never picked).
+// (greedy: the mask token that is never picked), a sampling one's with
+// the draw of spec when it has one.
 type batchReq struct {
 	seq    torch.BatchSeq
 	greedy bool
 	mask   int64
+	spec   *pickSpec
 	out    chan batchOut
 }
 
@@ -302,12 +304,14 @@ func (b *Batcher) loop() {
 // waiting for it, once another is.
 const maxGather = 5 * time.Millisecond
 
-// step runs one forward of reqs and hands each its logit rows, a greedy
-// one's with their picks: the greedy picks of every row of the step in
-// one kernel and one copy to the host, where a pick each would cost a
-// sequence a kernel and a wait of its own and the batch those of all of
-// them in turn. A sequence alone in slot 0 (the one a lone user gets:
-// slotPool) takes the single-stream decoder's faster path.
+// step runs one forward of reqs and hands each its logit rows, with their
+// picks: the greedy picks of every row of the step in one kernel, the
+// draws of sampling sequences that draw alike in one pass (picker.sample,
+// each sequence's noise from its own generator as alone), and one copy to
+// the host for all, where a pick each would cost a sequence its kernels
+// and a wait of its own and the batch those of all of them in turn. A
+// sequence alone in slot 0 (the one a lone user gets: slotPool) takes the
+// single-stream decoder's faster path.
 func (b *Batcher) step(reqs []*batchReq) {
 	start := time.Now()
 	defer func() { b.stepNanos.Add(int64(time.Since(start))) }()
@@ -331,18 +335,9 @@ func (b *Batcher) step(reqs []*batchReq) {
 		return
 	}
 	all := logitRows{t: logits}
-	greedy := slices.IndexFunc(reqs, func(r *batchReq) bool { return r.greedy && r.seq.Rows > 0 })
-	if greedy >= 0 && len(reqs) > 1 {
-		if err := torch.Try(func() {
-			pk := torch.PickGreedy(logits, reqs[greedy].mask) // (2 rows) float64: probabilities, then ids
-			defer pk.Free()
-			host := torch.ToSlice[float64](pk)
-			n := len(host) / 2
-			all.conf, all.tok = host[:n], make([]int64, n)
-			for i, id := range host[n:] {
-				all.tok[i] = int64(id)
-			}
-		}); err != nil {
+	var drawn []*picks // a sampling request's draw, by request
+	if len(reqs) > 1 {
+		if err := torch.Try(func() { drawn = b.pickAll(reqs, logits, &all) }); err != nil {
 			for _, r := range reqs {
 				r.out <- batchOut{err: err}
 			}
@@ -351,7 +346,7 @@ func (b *Batcher) step(reqs []*batchReq) {
 		}
 	}
 	off := int64(0)
-	for _, r := range reqs {
+	for i, r := range reqs {
 		var l logitRows
 		if rows := int64(r.seq.Rows); rows > 0 {
 			l = all.narrow(off, rows)
@@ -360,9 +355,102 @@ func (b *Batcher) step(reqs []*batchReq) {
 			}
 			off += rows
 		}
+		if drawn != nil {
+			l.picked = drawn[i]
+		}
 		r.out <- batchOut{logits: l}
 	}
 	logits.Free()
+}
+
+// pickAll makes step's picks of logits (the rows of reqs one after
+// another): every row's greedy pick into all when a request is greedy,
+// and the draws of the sampling requests with a pickSpec, which it returns
+// by request (nil where none), all through one copy to the host.
+func (b *Batcher) pickAll(reqs []*batchReq, logits *torch.Tensor, all *logitRows) []*picks {
+	var tmp []*torch.Tensor
+	keep := func(t *torch.Tensor) *torch.Tensor { tmp = append(tmp, t); return t }
+	defer func() { torch.Free(tmp...) }()
+	// 1. The parts to copy: the greedy picks of all rows, then each group
+	//    of sampling requests' draws, (2 n) float64 each.
+	var parts []*torch.Tensor
+	var sizes []int // rows of each part
+	greedy := slices.IndexFunc(reqs, func(r *batchReq) bool { return r.greedy && r.seq.Rows > 0 })
+	if greedy >= 0 {
+		parts = append(parts, keep(torch.PickGreedy(logits, reqs[greedy].mask)))
+		sizes = append(sizes, int(logits.Size(0)))
+	}
+	offs := make([]int64, len(reqs)) // each request's first row in logits
+	for i := 1; i < len(reqs); i++ {
+		offs[i] = offs[i-1] + int64(reqs[i-1].seq.Rows)
+	}
+	var groups [][]int // sampling requests that draw alike
+	for i, r := range reqs {
+		if r.spec == nil || r.spec.pick.temperature == 0 || r.seq.Rows == 0 {
+			continue
+		}
+		j := slices.IndexFunc(groups, func(g []int) bool { return reqs[g[0]].spec.pick.samples(r.spec.pick) })
+		if j < 0 {
+			groups = append(groups, nil)
+			j = len(groups) - 1
+		}
+		groups[j] = append(groups[j], i)
+	}
+	for _, g := range groups {
+		// 2. The group's rows and each request's noise, drawn from its own
+		//    generator in the shape it draws alone (picker.start).
+		var rows, noise []*torch.Tensor
+		n := 0
+		for _, i := range g {
+			s := reqs[i].spec
+			k := s.hi - s.lo
+			if s.first != nil {
+				rows = append(rows, s.first)
+				k++
+			}
+			rows = append(rows, keep(logits.Narrow(0, offs[i]+int64(s.lo), int64(s.hi-s.lo))))
+			noise = append(noise, keep(s.pick.gen.Rand([]int64{int64(k), logits.Size(1)}, torch.Float32)))
+			n += k
+		}
+		parts = append(parts, keep(reqs[g[0]].spec.pick.sample(keep(torch.Cat(0, rows...)), keep(torch.Cat(0, noise...)))))
+		sizes = append(sizes, n)
+	}
+	if len(parts) == 0 {
+		return nil
+	}
+	// 3. One copy, then each part's rows to their requests.
+	host := torch.ToSlice[float64](keep(torch.Cat(0, parts...)))
+	at := 0
+	part := func(n int) (conf []float64, tok []int64) {
+		conf, ids := host[at:at+n], host[at+n:at+2*n]
+		at += 2 * n
+		tok = make([]int64, n)
+		for i, id := range ids {
+			tok[i] = int64(id)
+		}
+		return conf, tok
+	}
+	if greedy >= 0 {
+		all.conf, all.tok = part(sizes[0])
+		sizes = sizes[1:]
+	}
+	var drawn []*picks
+	if len(groups) > 0 {
+		drawn = make([]*picks, len(reqs))
+	}
+	for gi, g := range groups {
+		conf, tok := part(sizes[gi])
+		for _, i := range g {
+			s := reqs[i].spec
+			k := s.hi - s.lo
+			if s.first != nil {
+				k++
+			}
+			drawn[i] = &picks{tok: tok[:k:k], conf: conf[:k:k]}
+			tok, conf = tok[k:], conf[k:]
+		}
+	}
+	return drawn
 }
 
 // stepAhead answers nx: its step queued ahead where alone says the
@@ -394,10 +482,10 @@ type batchEngine struct {
 	mask       int64 // the token never picked
 }
 
-func (e *batchEngine) forward(ids []int64, causal, rows int) (logitRows, error) {
+func (e *batchEngine) forward(ids []int64, causal, rows int, spec *pickSpec) (logitRows, error) {
 	r := &batchReq{
 		seq:    torch.BatchSeq{Slot: e.slot, IDs: ids, Pos: e.len, Causal: causal, Rows: rows},
-		greedy: e.greedy, mask: e.mask,
+		greedy: e.greedy, mask: e.mask, spec: spec,
 		out: make(chan batchOut, 1),
 	}
 	if !e.b.send(batchEvent{req: r}) {

@@ -155,7 +155,7 @@ func TestPicker(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			torch.NoGrad(func() {
-				pk := newPicker(plan{mask: mask, temperature: c.temperature, topP: c.topP}, torch.CPU, len(probs))
+				pk := newPicker(plan{mask: mask, temperature: c.temperature, topP: c.topP}, torch.CPU)
 				defer pk.free()
 				x := torch.FromSlice(append(append([]float32{}, logits...), logits...), 2, int64(len(probs)))
 				defer x.Free()

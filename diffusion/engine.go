@@ -14,8 +14,10 @@ type engine interface {
 	// of the last rows positions (rows, V), none for rows 0. The first
 	// causal ids attend causally (clean text); the rest see all the ids
 	// and the context (a block being denoised). Their keys and values are
-	// cached, but only commit makes them context.
-	forward(ids []int64, causal, rows int) (logitRows, error)
+	// cached, but only commit makes them context. spec, when not nil,
+	// says which rows the generation will pick next and how: an engine
+	// that batches may pick them beside other sequences' (logitRows.picked).
+	forward(ids []int64, causal, rows int, spec *pickSpec) (logitRows, error)
 	commit(n int64) error
 	// next queues, where the engine can, the next denoising forward of a
 	// fixed-commit block of n positions, its canvas made on the device
@@ -33,7 +35,7 @@ type eagerEngine struct {
 	cache *model.KVCache
 }
 
-func (e *eagerEngine) forward(ids []int64, causal, rows int) (logitRows, error) {
+func (e *eagerEngine) forward(ids []int64, causal, rows int, _ *pickSpec) (logitRows, error) {
 	x := e.device(torch.FromSlice(ids, 1, int64(len(ids))))
 	defer x.Free()
 	o := model.ForwardOpts{Attention: model.Attention{Kind: model.Bidirectional}, Cache: e.cache}
@@ -92,7 +94,7 @@ type fastEngine struct {
 	noAhead bool  // never queue a step ahead (Sampler.noAhead)
 }
 
-func (e *fastEngine) forward(ids []int64, causal, rows int) (logitRows, error) {
+func (e *fastEngine) forward(ids []int64, causal, rows int, _ *pickSpec) (logitRows, error) {
 	t, err := e.d.Forward(ids, causal, rows)
 	return logitRows{t: t}, err
 }

@@ -22,31 +22,25 @@ type picker struct {
 	mask        int64 // never proposed; -1 for none
 	temperature float64
 	topP        float64          // < 1: nucleus sampling
-	before      *torch.Tensor    // (K, K) float32, 1 where row < column: probabilities to the mass ranked above each
 	gen         *torch.Generator // sampling's; nil when greedy
 }
 
-func newPicker(p plan, dev torch.Device, vocab int) *picker {
+func newPicker(p plan, dev torch.Device) *picker {
 	pk := &picker{dev: dev, mask: p.mask, temperature: p.temperature, topP: p.topP}
 	if p.temperature > 0 {
 		pk.gen = torch.NewGenerator(p.seed, dev)
-	}
-	if p.temperature > 0 && p.topP < 1 {
-		k := int64(min(nucleusCap, vocab))
-		r := torch.Arange(0, k, torch.Int64, dev)
-		defer r.Free()
-		rows, cols := r.Reshape(k, 1), r.Reshape(1, k)
-		defer torch.Free(rows, cols)
-		lt := rows.Lt(cols) // (K, K)
-		defer lt.Free()
-		pk.before = lt.To(torch.Float32, dev)
 	}
 	return pk
 }
 
 func (pk *picker) free() {
-	pk.before.Free()
 	pk.gen.Free()
+}
+
+// samples says whether two pickers draw the same way (the Batcher samples
+// the rows of such pickers together).
+func (pk *picker) samples(o *picker) bool {
+	return pk.temperature == o.temperature && pk.topP == o.topP && pk.mask == o.mask
 }
 
 // logitRows is a forward's logit rows (n, V) on the device and, where the
@@ -57,6 +51,18 @@ type logitRows struct {
 	t    *torch.Tensor
 	tok  []int64
 	conf []float64
+	// picked is, where the forward was asked for a pickSpec whose draw
+	// the Batcher made beside other sequences', that draw.
+	picked *picks
+}
+
+// pickSpec is the pick a generation will make of a forward's logits:
+// first (a row (1, V) of an earlier forward, the carry) when not nil, then
+// the forward's rows [lo, hi), drawn by pick as picker.start draws them.
+type pickSpec struct {
+	pick   *picker
+	first  *torch.Tensor
+	lo, hi int
 }
 
 // narrow is rows [i, i+n), t a view of its own to free.
@@ -160,25 +166,38 @@ func (pk *picker) startDevice(first, logits *torch.Tensor) *picks {
 		if first != nil {
 			logits = keep(torch.Cat(0, first, logits))
 		}
-		l := keep(logits.To(torch.Float32, pk.dev)) // (n, V)
-		if pk.mask >= 0 {
-			keep(l.Narrow(1, pk.mask, 1)).Fill(math.Inf(-1))
-		}
-		logp := keep(keep(l.DivScalar(pk.temperature)).LogSoftmax(1))
-		if pk.before != nil {
-			logp = keep(pk.nucleus(logp))
-		}
-		// Gumbel-max: argmax(log p + G) with G = -log(-log U) is a draw
-		// from p, in a fixed number of kernels and without a sort.
-		u := keep(pk.gen.Rand(logp.Shape(), torch.Float32))
-		g := keep(keep(keep(keep(u.Log()).Neg()).Log()).Neg())
-		ids := keep(keep(logp.Add(g)).Argmax(1, false)) // (n) int64
-		col := keep(ids.Reshape(n, 1))
-		p := keep(keep(keep(logp.Gather(1, col)).Exp()).Reshape(n)) // (n) float32
-		both = keep(torch.Cat(0, keep(p.To(torch.Float64, pk.dev)), keep(ids.To(torch.Float64, pk.dev))))
+		u := keep(pk.gen.Rand([]int64{n, logits.Size(1)}, torch.Float32))
+		both = keep(pk.sample(logits, u))
 	}
 	both = both.To(torch.Float64, pk.dev) // a handle of its own, past tmp's frees
 	return &picks{dev: both, c: torch.StartToSlice[float64](both)}
+}
+
+// sample draws a token for each row of logits (n, V) from softmax(logits/T)
+// (over the nucleus when topP < 1; never the mask token) by Gumbel-max with
+// the uniform noise u (n, V): argmax(log p + G), G = -log(-log u), a draw
+// from p in a fixed number of kernels and without a sort. It returns (2n)
+// float64: the drawn tokens' probabilities, then their ids. Every
+// operation works row by row, so a row's draw does not depend on the rows
+// beside it (the Batcher samples many sequences' rows at once).
+func (pk *picker) sample(logits, u *torch.Tensor) *torch.Tensor {
+	var tmp []*torch.Tensor
+	keep := func(t *torch.Tensor) *torch.Tensor { tmp = append(tmp, t); return t }
+	defer func() { torch.Free(tmp...) }()
+	n := logits.Size(0)
+	l := keep(logits.To(torch.Float32, pk.dev)) // (n, V)
+	if pk.mask >= 0 {
+		keep(l.Narrow(1, pk.mask, 1)).Fill(math.Inf(-1))
+	}
+	logp := keep(keep(l.DivScalar(pk.temperature)).LogSoftmax(1))
+	if pk.topP < 1 {
+		logp = keep(pk.nucleus(logp))
+	}
+	g := keep(keep(keep(keep(u.Log()).Neg()).Log()).Neg())
+	ids := keep(keep(logp.Add(g)).Argmax(1, false)) // (n) int64
+	col := keep(ids.Reshape(n, 1))
+	p := keep(keep(keep(logp.Gather(1, col)).Exp()).Reshape(n)) // (n) float32
+	return torch.Cat(0, keep(p.To(torch.Float64, pk.dev)), keep(ids.To(torch.Float64, pk.dev)))
 }
 
 // nucleus keeps, per row of log-probabilities (n, V), the most likely tokens
@@ -188,12 +207,12 @@ func (pk *picker) nucleus(logp *torch.Tensor) *torch.Tensor {
 	var tmp []*torch.Tensor
 	keep := func(t *torch.Tensor) *torch.Tensor { tmp = append(tmp, t); return t }
 	defer func() { torch.Free(tmp...) }()
-	k := pk.before.Size(0)
+	k := min(nucleusCap, logp.Size(1))
 	vals, idx := logp.TopK(int(k), 1) // (n, K), largest first
 	keep(vals)
 	keep(idx)
 	prob := keep(vals.Exp())
-	above := keep(prob.Matmul(pk.before)) // (n, K) mass ranked above each
+	above := keep(keep(prob.Cumsum(1)).Sub(prob)) // (n, K) mass ranked above each
 	// Zero-probability entries (the mask's -inf) are never in the nucleus.
 	out := keep(keep(above.GeScalar(pk.topP)).Or(keep(prob.EqScalar(0))))
 	cut := keep(keep(vals.MaskedFill(out, math.Inf(1))).Min(1, true)) // (n, 1) least kept log-prob

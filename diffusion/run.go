@@ -34,7 +34,7 @@ type generation struct {
 
 func newGeneration(m *model.Model, eng engine, p plan) (*generation, error) {
 	g := &generation{p: p, eng: eng, reach: p.block, cuda: m.Device.CUDA, device: m.Device.Index}
-	if err := torch.Try(func() { g.pick = newPicker(p, m.Device, m.Config.VocabSize) }); err != nil {
+	if err := torch.Try(func() { g.pick = newPicker(p, m.Device) }); err != nil {
 		eng.free()
 		return nil, err
 	}
@@ -105,7 +105,7 @@ func (g *generation) extend(ids []int64, carry bool) error {
 	if carry {
 		rows = 1
 	}
-	logits, err := g.eng.forward(ids, len(ids), rows) // (1, V) or none
+	logits, err := g.eng.forward(ids, len(ids), rows, nil) // (1, V) or none
 	if err != nil {
 		return err
 	}
@@ -151,7 +151,18 @@ func (g *generation) predict(c *canvas) (*picks, error) {
 	if p > 0 && g.p.shift {
 		want++
 	}
-	logits, err := g.eng.forward(append(g.pending[:p:p], c.ids...), p, want)
+	// The pick canvasPicks makes: with the shift, the carry and the rows
+	// before the last (the carry being this forward's first row when
+	// there is a pending block), else the last n rows.
+	spec := &pickSpec{pick: g.pick, lo: want - n, hi: want}
+	if g.p.shift {
+		if p > 0 {
+			spec.lo, spec.hi = 0, n
+		} else {
+			spec.first, spec.hi = g.carry.t, want-1
+		}
+	}
+	logits, err := g.eng.forward(append(g.pending[:p:p], c.ids...), p, want, spec)
 	if err != nil {
 		return nil, err
 	}
@@ -164,6 +175,9 @@ func (g *generation) predict(c *canvas) (*picks, error) {
 		if g.p.shift {
 			g.setCarry(logits, 0)
 		}
+	}
+	if logits.picked != nil {
+		return logits.picked, nil
 	}
 	return g.canvasPicks(logits, want, n), nil
 }

@@ -98,7 +98,7 @@ func (g *generation) predictChecked(c *canvas) (*picks, error) {
 	d, n := g.pending, len(c.ids)
 	p := len(d)
 	g.pending = nil
-	logits, err := g.eng.forward(append(d[:p:p], c.ids...), p, p+n) // (p+n, V)
+	logits, err := g.eng.forward(append(d[:p:p], c.ids...), p, p+n, nil) // (p+n, V)
 	if err != nil {
 		return nil, err
 	}
@@ -124,7 +124,7 @@ func (g *generation) checkAlone() error {
 	d := g.pending
 	p := len(d)
 	g.pending = nil
-	logits, err := g.eng.forward(d, p, p) // (p, V)
+	logits, err := g.eng.forward(d, p, p, nil) // (p, V)
 	if err != nil {
 		return err
 	}

@@ -117,6 +117,8 @@ static dt_err (*p_embedding)(dt_tensor weight, dt_tensor ids, dt_tensor *out);
 dt_err dtl_embedding(dt_tensor weight, dt_tensor ids, dt_tensor *out) { return p_embedding(weight, ids, out); }
 static dt_err (*p_softmax)(dt_tensor t, int64_t dim, int log, dt_tensor *out);
 dt_err dtl_softmax(dt_tensor t, int64_t dim, int log, dt_tensor *out) { return p_softmax(t, dim, log, out); }
+static dt_err (*p_cumsum)(dt_tensor t, int64_t dim, dt_tensor *out);
+dt_err dtl_cumsum(dt_tensor t, int64_t dim, dt_tensor *out) { return p_cumsum(t, dim, out); }
 static dt_err (*p_rms_norm)(dt_tensor x, dt_tensor w, double eps, dt_tensor *out);
 dt_err dtl_rms_norm(dt_tensor x, dt_tensor w, double eps, dt_tensor *out) { return p_rms_norm(x, w, eps, out); }
 static dt_err (*p_rope_tables)(dt_tensor inv_freq, dt_tensor positions, double scale, int dtype, dt_tensor *cos, dt_tensor *sin);
@@ -268,6 +270,7 @@ const char *dtl_open(const char *path) {
   RESOLVE(linear)
   RESOLVE(embedding)
   RESOLVE(softmax)
+  RESOLVE(cumsum)
   RESOLVE(rms_norm)
   RESOLVE(rope_tables)
   RESOLVE(rope)

@@ -62,6 +62,7 @@ dt_err dtl_matmul(dt_tensor a, dt_tensor b, dt_tensor *out);
 dt_err dtl_linear(dt_tensor x, dt_tensor w, dt_tensor b, dt_tensor *out);
 dt_err dtl_embedding(dt_tensor weight, dt_tensor ids, dt_tensor *out);
 dt_err dtl_softmax(dt_tensor t, int64_t dim, int log, dt_tensor *out);
+dt_err dtl_cumsum(dt_tensor t, int64_t dim, dt_tensor *out);
 dt_err dtl_rms_norm(dt_tensor x, dt_tensor w, double eps, dt_tensor *out);
 dt_err dtl_rope_tables(dt_tensor inv_freq, dt_tensor positions, double scale, int dtype, dt_tensor *cos, dt_tensor *sin);
 dt_err dtl_rope(dt_tensor x, dt_tensor cos, dt_tensor sin, dt_tensor *out);

@@ -227,6 +227,13 @@ func (t *Tensor) LogSoftmax(dim int) *Tensor {
 	}, t)
 }
 
+// Cumsum is the inclusive cumulative sum of t along dim.
+func (t *Tensor) Cumsum(dim int) *Tensor {
+	return call("cumsum", func(out *C.dt_tensor) C.dt_err {
+		return C.dtl_cumsum(t.h(), C.int64_t(dim), out)
+	}, t)
+}
+
 // RMSNorm is w * x/sqrt(mean(x^2)+eps) over the last dim, normalised in
 // float32 and cast back before the scale, as HF's LlamaRMSNorm does.
 func RMSNorm(x, w *Tensor, eps float64) *Tensor {

@@ -414,6 +414,10 @@ dt_err dt_softmax(dt_tensor t, int64_t dim, int log, dt_tensor *out) {
   return guard([&] { *out = W(log ? at::log_softmax(T(t), dim) : at::softmax(T(t), dim)); });
 }
 
+dt_err dt_cumsum(dt_tensor t, int64_t dim, dt_tensor *out) {
+  return guard([&] { *out = W(at::cumsum(T(t), dim)); });
+}
+
 dt_err dt_rms_norm(dt_tensor x, dt_tensor w, double eps, dt_tensor *out) {
   return guard([&] { *out = W(rms_norm(T(x), T(w), eps)); });
 }

@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define DT_ABI_VERSION 12
+#define DT_ABI_VERSION 13
 
 typedef void *dt_tensor;
 typedef char *dt_err;
@@ -160,6 +160,8 @@ dt_err dt_matmul(dt_tensor a, dt_tensor b, dt_tensor *out);
 dt_err dt_linear(dt_tensor x, dt_tensor w, dt_tensor b, dt_tensor *out);
 dt_err dt_embedding(dt_tensor weight, dt_tensor ids, dt_tensor *out);
 dt_err dt_softmax(dt_tensor t, int64_t dim, int log, dt_tensor *out);
+/* Inclusive cumulative sum along dim. */
+dt_err dt_cumsum(dt_tensor t, int64_t dim, dt_tensor *out);
 /* HF-style RMSNorm: compute in float32, cast back, then scale by w. */
 dt_err dt_rms_norm(dt_tensor x, dt_tensor w, double eps, dt_tensor *out);
 /* cos, sin (..., T, D) for positions (T) or (B, T) from inv_freq (D/2):
