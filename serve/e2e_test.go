@@ -59,8 +59,9 @@ func TestE2EDemo(t *testing.T) {
 }
 
 // TestE2EBatch serves the demo model with --max-num-seqs 4 and runs
-// test/e2e/batch.test.mjs: sixteen requests at once, half streamed, get
-// the replies they get alone, and they shared forwards.
+// test/e2e/batch.test.mjs: sixteen greedy requests at once, half
+// streamed, get the replies they get alone, and they shared forwards;
+// eight sampled ones (two ways of sampling, each with its seed) too.
 func TestE2EBatch(t *testing.T) {
 	nodeTest := needNode(t)
 	bin := needBinary(t)

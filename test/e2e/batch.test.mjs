@@ -4,8 +4,8 @@
 // DLLM_BASE_URL (".../v1"), DLLM_MODEL and DLLM_MAX_NUM_SEQS set.
 //
 // Every request, run beside others, must get the reply it gets alone
-// (greedy): the same reasoning, content, finish reason and token count,
-// streamed or not.
+// (greedy, or sampled with the same seed): the same reasoning, content,
+// finish reason and token count, streamed or not.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
@@ -26,16 +26,16 @@ const questions = [
   'Which is smallest?\nA) 48\nB) 50\nC) 30\nD) 10', 'What is 237*9?',
 ];
 
-const whole = (content, max_tokens) =>
-  client.chat.completions.create({ model, messages: [{ role: 'user', content }], max_tokens, temperature: 0 })
+const whole = (content, max_tokens, sampling = { temperature: 0 }) =>
+  client.chat.completions.create({ model, messages: [{ role: 'user', content }], max_tokens, ...sampling })
     .then((r) => ({
       content: r.choices[0].message.content, reasoning: r.choices[0].message.reasoning_content,
       finish: r.choices[0].finish_reason, tokens: r.usage.completion_tokens,
     }));
 
-const streamed = async (content, max_tokens) => {
+const streamed = async (content, max_tokens, sampling = { temperature: 0 }) => {
   const s = await client.chat.completions.create({
-    model, messages: [{ role: 'user', content }], max_tokens, temperature: 0, stream: true, stream_options: { include_usage: true },
+    model, messages: [{ role: 'user', content }], max_tokens, ...sampling, stream: true, stream_options: { include_usage: true },
   });
   const out = { content: '', reasoning: '', finish: null, tokens: 0 };
   for await (const chunk of s) {
@@ -77,4 +77,16 @@ test('requests run together get the replies they get alone', async () => {
   const steps = (await metric('dllm_batch_steps_total')) - stepsBefore;
   const forwards = (await metric('dllm_batch_sequence_forwards_total')) - forwardsBefore;
   assert.ok(forwards > 1.5 * steps, `${forwards} sequence forwards in ${steps} steps`);
+});
+
+test('sampled requests run together get the replies they get alone with their seeds', async () => {
+  // Two ways of sampling, so that the batch draws two groups at once.
+  const jobs = questions.map((q, i) => [q, 120, i % 2 ? { temperature: 0.8, seed: i } : { temperature: 1, top_p: 0.9, seed: 100 + i }]);
+  const alone = [];
+  for (const [q, max, sampling] of jobs) alone.push(await whole(q, max, sampling));
+  const together = await Promise.all(jobs.map(([q, max, sampling], i) => (i % 3 ? whole(q, max, sampling) : streamed(q, max, sampling))));
+  const norm = (r) => ({ ...r, reasoning: r.reasoning || '' });
+  for (let i = 0; i < jobs.length; i++) {
+    assert.deepEqual(norm(together[i]), norm(alone[i]), JSON.stringify(jobs[i]));
+  }
 });
