@@ -63,8 +63,12 @@ func Run(ctx context.Context, ln net.Listener, cfg Config, load Loader) error {
 		}
 		s.SetModel(m)
 		d := m.Defaults
-		s.log.Info("ready", "model", cfg.ModelName, "url", URL(ln.Addr()), "load_time", time.Since(start).Round(time.Millisecond), "context", m.ContextLength,
-			"block", d.BlockSize, "threshold", d.Threshold, "verify", d.Verify, "max_num_seqs", max(m.MaxNumSeqs, 1))
+		attrs := []any{"model", cfg.ModelName, "url", URL(ln.Addr()), "load_time", time.Since(start).Round(time.Millisecond), "context", m.ContextLength,
+			"block", d.BlockSize, "threshold", d.Threshold, "verify", d.Verify, "max_num_seqs", max(m.MaxNumSeqs, 1)}
+		if m.KVCacheBytes > 0 {
+			attrs = append(attrs, "kv_cache", bytesText(m.KVCacheBytes))
+		}
+		s.log.Info("ready", attrs...)
 		loaded <- nil
 	}()
 
@@ -153,4 +157,12 @@ func connectionLimit(want int, fds uint64, log *slog.Logger) int {
 	n := max(int(fds)-fdReserve, 16)
 	log.Warn("--max-connections lowered to fit the open-file limit (raise it with ulimit -n)", "max_connections", n, "asked", want, "open_file_limit", fds)
 	return n
+}
+
+// bytesText is n bytes in MiB, or GiB from 1 GiB on.
+func bytesText(n int64) string {
+	if n >= 1<<30 {
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	}
+	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
 }

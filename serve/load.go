@@ -223,14 +223,15 @@ func (c *Checked) Load(ctx context.Context, o LoadOptions) (m *Model, err error)
 	var sampler *diffusion.Sampler
 	var batcher *diffusion.Batcher
 	var stats func() diffusion.BatchStats
+	var kvBytes int64
 	closeModel := lm.Free
 	if o.MaxNumSeqs > 1 {
+		kvBytes = c.Config.KVBytesPerToken(o.DType.Size()) * int64(ctxLen) * int64(seqs)
 		b, err := diffusion.NewBatcher(lm, c.Settings, diffusion.BatchConfig{Seqs: seqs, Context: ctxLen, StepTokens: o.MaxNumBatchedTokens})
 		if err != nil {
 			lm.Free()
-			gib := float64(c.Config.KVBytesPerToken(o.DType.Size())*int64(ctxLen)*int64(seqs)) / (1 << 30)
 			return nil, fmt.Errorf("the KV cache of %d sequences of %d positions (%.1f GiB): %w; lower --max-num-seqs or --max-model-len, or cap it with --kv-cache-gb",
-				seqs, ctxLen, gib, err)
+				seqs, ctxLen, float64(kvBytes)/(1<<30), err)
 		}
 		gen, batcher, closeModel, stats = b, b, func() { b.Close(); lm.Free() }, b.Stats
 	} else {
@@ -250,6 +251,7 @@ func (c *Checked) Load(ctx context.Context, o LoadOptions) (m *Model, err error)
 		VocabSize:     c.Config.VocabSize,
 		MaxNumSeqs:    seqs,
 		BatchStats:    stats,
+		KVCacheBytes:  kvBytes,
 		Close:         closeModel,
 	}
 	if o.Warmup && o.Device.CUDA {

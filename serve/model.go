@@ -39,6 +39,10 @@ type Model struct {
 	VocabSize int
 	// MaxNumSeqs is how many requests the Engine runs at once; 0 means 1.
 	MaxNumSeqs int
+	// KVCacheBytes is a batching engine's KV cache (MaxNumSeqs slots of
+	// ContextLength positions, allocated at load); 0 for the single-stream
+	// sampler, whose cache grows as requests need it.
+	KVCacheBytes int64
 	// BatchStats, for a batching engine, counts its batched forwards and
 	// the sequences' forwards they held (/metrics); nil otherwise.
 	BatchStats func() diffusion.BatchStats
