@@ -458,3 +458,48 @@ func TestDecoderCUDAForwardNext(t *testing.T) {
 		t.Errorf("ForwardNext after an eager forward: queued %v, %v", ok, err)
 	}
 }
+
+// On a GPU: the batched forward of a model whose head dim is not 128 (the
+// tiny fixture's 16), whose attention is two FlashAttention 2
+// variable-length calls a layer instead of the shim's kernel, gives each
+// sequence logits as close to the float32 truth (the CPU's) as its
+// single-stream decoder's, in bf16; the sequences as in
+// TestBatchDecoderMatchesAlone.
+func TestBatchDecoderCUDAVarlen(t *testing.T) {
+	if err := torch.Load(); err != nil || !torch.CUDAAvailable() {
+		t.Skip("no CUDA device")
+	}
+	cpu, e := loadTiny(t)
+	defer cpu.Free()
+	gpu, err := Load(tinyDir, LoadOptions{Device: torch.CUDA(0), DType: torch.BFloat16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gpu.Free()
+	prompts, blocks, causal, slots := tinyBatch(e)
+	alone := func(m *Model, i int) [][]float64 {
+		d, err := m.NewDecoder(40, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.Free()
+		decoderRows(t, d, prompts[i], len(prompts[i]))
+		if err := d.Commit(int64(len(prompts[i]))); err != nil {
+			t.Fatal(err)
+		}
+		return decoderRows(t, d, blocks[i], causal[i])
+	}
+	b, err := gpu.NewBatchDecoder(40, 3, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free()
+	for i, got := range batchRows(t, b, slots, prompts, blocks, causal, 1) {
+		want, one := alone(cpu, i), alone(gpu, i)
+		eb, ea := rowRelErr(got, want), rowRelErr(one, want)
+		t.Logf("sequence %d (slot %d): batched %.2e from float32, alone %.2e", i, slots[i], eb, ea)
+		if eb > 1.5*ea+1e-3 {
+			t.Errorf("sequence %d: batched %.2e from float32, alone %.2e", i, eb, ea)
+		}
+	}
+}

@@ -206,6 +206,16 @@ func batchRows(t *testing.T, b *BatchDecoder, slots []int, prompts, blocks [][]i
 	return out
 }
 
+// tinyBatch is three sequences for the tiny model's batched forwards, in
+// slots out of order: their prompts, of different lengths, and a block
+// each after them, the last with its first two positions causal (a
+// committed block and the next).
+func tinyBatch(e tinyExpected) (prompts, blocks [][]int64, causal, slots []int) {
+	ids := e.InputIDs
+	return [][]int64{ids[:7], ids[:12], ids[3:8]}, [][]int64{{5, 6, 7, 8}, {9, 10, 11, 12}, {13, 14, 15, 16, 17, 18}},
+		[]int{0, 0, 2}, []int{2, 0, 1}
+}
+
 // A batched forward gives each sequence the logits it gets alone: three
 // sequences of different lengths in slots out of order, their prompts in
 // one forward, then a denoising block each (one of them with causal rows
@@ -213,11 +223,7 @@ func batchRows(t *testing.T, b *BatchDecoder, slots []int, prompts, blocks [][]i
 func TestBatchDecoderMatchesAlone(t *testing.T) {
 	m, e := loadTiny(t)
 	defer m.Free()
-	ids := e.InputIDs
-	prompts := [][]int64{ids[:7], ids[:12], ids[3:8]}
-	blocks := [][]int64{{5, 6, 7, 8}, {9, 10, 11, 12}, {13, 14, 15, 16, 17, 18}}
-	causal := []int{0, 0, 2}
-	slots := []int{2, 0, 1}
+	prompts, blocks, causal, slots := tinyBatch(e)
 	// 1. Alone.
 	var want [][][]float64
 	for i := range prompts {
