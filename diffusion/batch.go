@@ -102,7 +102,6 @@ type batchNext struct {
 	picks      *torch.Tensor
 	shift      bool
 	out        chan batchOut
-	ok         bool // set with out's answer
 }
 
 // batchReq is one sequence's forward: its tokens at its slot's positions,
@@ -119,6 +118,7 @@ type batchReq struct {
 
 type batchOut struct {
 	logits logitRows // (Rows, V), or none
+	ok     bool      // a batchNext's: its step was queued
 	err    error
 }
 
@@ -316,8 +316,12 @@ func (b *Batcher) step(reqs []*batchReq) {
 	start := time.Now()
 	defer func() { b.stepNanos.Add(int64(time.Since(start))) }()
 	seqs := make([]torch.BatchSeq, len(reqs))
+	offs := make([]int64, len(reqs)) // each request's first row of the logits
 	for i, r := range reqs {
 		seqs[i] = r.seq
+		if i > 0 {
+			offs[i] = offs[i-1] + int64(reqs[i-1].seq.Rows)
+		}
 	}
 	b.steps.Add(1)
 	b.seqForwards.Add(int64(len(reqs)))
@@ -328,32 +332,25 @@ func (b *Batcher) step(reqs []*batchReq) {
 	} else {
 		logits, err = b.dec.Forward(seqs)
 	}
+	all := logitRows{t: logits}
+	var drawn []*picks // a sampling request's draw, by request
+	if err == nil && len(reqs) > 1 {
+		err = torch.Try(func() { drawn = b.pickAll(reqs, logits, offs, &all) })
+	}
 	if err != nil {
 		for _, r := range reqs {
 			r.out <- batchOut{err: err}
 		}
+		logits.Free()
 		return
 	}
-	all := logitRows{t: logits}
-	var drawn []*picks // a sampling request's draw, by request
-	if len(reqs) > 1 {
-		if err := torch.Try(func() { drawn = b.pickAll(reqs, logits, &all) }); err != nil {
-			for _, r := range reqs {
-				r.out <- batchOut{err: err}
-			}
-			logits.Free()
-			return
-		}
-	}
-	off := int64(0)
 	for i, r := range reqs {
 		var l logitRows
-		if rows := int64(r.seq.Rows); rows > 0 {
-			l = all.narrow(off, rows)
+		if r.seq.Rows > 0 {
+			l = all.narrow(offs[i], int64(r.seq.Rows))
 			if !r.greedy {
 				l.tok, l.conf = nil, nil
 			}
-			off += rows
 		}
 		if drawn != nil {
 			l.picked = drawn[i]
@@ -364,10 +361,11 @@ func (b *Batcher) step(reqs []*batchReq) {
 }
 
 // pickAll makes step's picks of logits (the rows of reqs one after
-// another): every row's greedy pick into all when a request is greedy,
-// and the draws of the sampling requests with a pickSpec, which it returns
-// by request (nil where none), all through one copy to the host.
-func (b *Batcher) pickAll(reqs []*batchReq, logits *torch.Tensor, all *logitRows) []*picks {
+// another, request i's from offs[i]): every row's greedy pick into all
+// when a request is greedy, and the draws of the sampling requests with a
+// pickSpec, which it returns by request (nil where none), all through one
+// copy to the host.
+func (b *Batcher) pickAll(reqs []*batchReq, logits *torch.Tensor, offs []int64, all *logitRows) []*picks {
 	var tmp []*torch.Tensor
 	keep := func(t *torch.Tensor) *torch.Tensor { tmp = append(tmp, t); return t }
 	defer func() { torch.Free(tmp...) }()
@@ -379,10 +377,6 @@ func (b *Batcher) pickAll(reqs []*batchReq, logits *torch.Tensor, all *logitRows
 	if greedy >= 0 {
 		parts = append(parts, keep(torch.PickGreedy(logits, reqs[greedy].mask)))
 		sizes = append(sizes, int(logits.Size(0)))
-	}
-	offs := make([]int64, len(reqs)) // each request's first row in logits
-	for i := 1; i < len(reqs); i++ {
-		offs[i] = offs[i-1] + int64(reqs[i-1].seq.Rows)
 	}
 	var groups [][]int // sampling requests that draw alike
 	for i, r := range reqs {
@@ -468,8 +462,7 @@ func (b *Batcher) stepAhead(nx *batchNext, alone bool) {
 		b.ahead.Add(1)
 		b.stepNanos.Add(int64(time.Since(start)))
 	}
-	nx.ok = ok
-	nx.out <- batchOut{logits: logitRows{t: logits}, err: err}
+	nx.out <- batchOut{logits: logitRows{t: logits}, ok: ok, err: err}
 }
 
 // batchEngine is one sequence's engine: its forwards go to the Batcher's
@@ -515,7 +508,7 @@ func (e *batchEngine) next(n int, picks *torch.Tensor, mask int64, k int, shift 
 		return logitRows{}, false, errBatcherClosed
 	}
 	o := <-nx.out
-	return o.logits, nx.ok, o.err
+	return o.logits, o.ok, o.err
 }
 
 func (e *batchEngine) room() int64 { return e.limit - e.len }

@@ -11,6 +11,25 @@ import (
 	"dllm/torch"
 )
 
+// needCUDA skips the test without a CUDA device.
+func needCUDA(t *testing.T) {
+	t.Helper()
+	if err := torch.Load(); err != nil || !torch.CUDAAvailable() {
+		t.Skip("no CUDA device")
+	}
+}
+
+// shapeConfig is MiniCPM5-2B's config, for a GPU test (skipped without one).
+func shapeConfig(t *testing.T) *Config {
+	t.Helper()
+	needCUDA(t)
+	cfg, err := LoadConfig("../testdata/minicpm5-2b-shape")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
 // On a GPU (skipped elsewhere): the decoder's fast path (FlashAttention,
 // CUDA graphs, stacked projections) in bf16 is as close to a float32 truth
 // as the plain bf16 path is, for every kind of decode forward, before and
@@ -21,9 +40,7 @@ import (
 //
 //	go test -c -o model.test ./model && ./model.test -test.run CUDA -test.v
 func TestDecoderCUDAMatchesPlainPath(t *testing.T) {
-	if err := torch.Load(); err != nil || !torch.CUDAAvailable() {
-		t.Skip("no CUDA device")
-	}
+	needCUDA(t)
 	dir := os.Getenv("DLLM_TEST_CONFIG")
 	if dir == "" {
 		dir = "../testdata/minicpm5-2b-shape"
@@ -232,13 +249,7 @@ func plainRows(t *testing.T, m *Model, c *KVCache, x []int64, causal int) [][]fl
 // and from the graph. Random weights of MiniCPM5-2B's shape, as
 // TestDecoderCUDAMatchesPlainPath.
 func TestBatchDecoderCUDA(t *testing.T) {
-	if err := torch.Load(); err != nil || !torch.CUDAAvailable() {
-		t.Skip("no CUDA device")
-	}
-	cfg, err := LoadConfig("../testdata/minicpm5-2b-shape")
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := shapeConfig(t)
 	dev, dt := torch.CUDA(0), testDType()
 	m16, m32 := randomPair(t, cfg, dev, dt)
 	const block, ctx = 32, 2048
@@ -357,13 +368,7 @@ func randomIDs(cfg *Config, seed uint64) func(n int) []int64 {
 // weights of MiniCPM5-2B's shape, past the context from which block steps
 // attend through cuDNN.
 func TestDecoderCUDAForwardNext(t *testing.T) {
-	if err := torch.Load(); err != nil || !torch.CUDAAvailable() {
-		t.Skip("no CUDA device")
-	}
-	cfg, err := LoadConfig("../testdata/minicpm5-2b-shape")
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := shapeConfig(t)
 	m, err := NewRandom(cfg, LoadOptions{Device: torch.CUDA(0), DType: torch.BFloat16}, 5, 0.02)
 	if err != nil {
 		t.Fatal(err)
@@ -466,9 +471,7 @@ func TestDecoderCUDAForwardNext(t *testing.T) {
 // single-stream decoder's, in bf16; the sequences as in
 // TestBatchDecoderMatchesAlone.
 func TestBatchDecoderCUDAVarlen(t *testing.T) {
-	if err := torch.Load(); err != nil || !torch.CUDAAvailable() {
-		t.Skip("no CUDA device")
-	}
+	needCUDA(t)
 	cpu, e := loadTiny(t)
 	defer cpu.Free()
 	gpu, err := Load(tinyDir, LoadOptions{Device: torch.CUDA(0), DType: torch.BFloat16})

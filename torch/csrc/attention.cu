@@ -660,10 +660,10 @@ int dtk_attn_decode_batch(int dtype, const void *q, const void *kc, const void *
   auto st = static_cast<cudaStream_t>(stream);
   auto misaligned = [](const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15) != 0; };
   if (N < 1 || nb < 1 || max_n < 1 || max_n > N || Hkv < 1 || H % Hkv != 0 || max_s < 1 || N * H > 2147483647 ||
-      max_s > 2147483647 || nb * attn_splits(max_n * (H / Hkv), Hkv, max_s, nb) > 65535 || !bd || !pos ||
-      misaligned(q) || misaligned(kc) || misaligned(vc) || misaligned(out) ||
-      (attn_splits(max_n * (H / Hkv), Hkv, max_s, nb) > 1 && !scratch))
+      max_s > 2147483647 || !bd || !pos || misaligned(q) || misaligned(kc) || misaligned(vc) || misaligned(out))
     return cudaErrorInvalidValue;
+  const int64_t splits = attn_splits(max_n * (H / Hkv), Hkv, max_s, nb);
+  if (nb * splits > 65535 || (splits > 1 && !scratch)) return cudaErrorInvalidValue;
   if (dtype == kBF16)
     return attn_decode_batch<__nv_bfloat16>(q, kc, vc, out, N, H, Hkv, nb, bd, pos, max_n, max_s, scale, scratch, st);
   if (dtype == kF16)

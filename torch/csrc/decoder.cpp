@@ -550,12 +550,11 @@ struct Decoder {
                   " (context ", cos.size(0), ", ", N, " ids)");
       max_n = std::max(max_n, s.n), max_s = std::max(max_s, s.pos + s.n);
       off += s.n;
+      // Slot 0 is also the single-stream forward's cache, whose cuDNN path
+      // needs the slots past what was written zero (clear_past).
+      if (s.slot == 0) written = std::max(written, s.pos + s.n);
     }
     TORCH_CHECK(off == N, "decoder: the batch's sequences hold ", off, " tokens, ids ", N);
-    // Slot 0 is also the single-stream forward's cache, whose cuDNN path
-    // needs the slots past what was written zero (clear_past).
-    for (auto &s : b)
-      if (s.slot == 0) written = std::max(written, s.pos + s.n);
 #if defined(DLLM_CUDA) && defined(DLLM_KERNELS)
     last_in = nullptr; // forward_next builds on the single-stream forward's inputs only
     if (auto *g = batch_graph(N, B, max_n)) {
