@@ -76,8 +76,8 @@ func (s *Server) handleMetrics(w http.ResponseWriter, _ *http.Request) {
 	gauge := func(name, help string, v int) {
 		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s gauge\n%s %d\n", name, help, name, name, v)
 	}
-	counter := func(name, help string, v uint64) {
-		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s counter\n%s %d\n", name, help, name, name, v)
+	counter := func(name, help string, v any) { // uint64, or float64 seconds
+		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s counter\n%s %v\n", name, help, name, name, v)
 	}
 	gauge("dllm_num_requests_running", "Requests on the model now.", running)
 	gauge("dllm_num_requests_waiting", "Requests waiting for the model.", waiting)
@@ -87,9 +87,8 @@ func (s *Server) handleMetrics(w http.ResponseWriter, _ *http.Request) {
 		bs := md.BatchStats()
 		counter("dllm_batch_steps_total", "Batched forwards run; sequence forwards over these is the mean batch size.", uint64(bs.Steps))
 		counter("dllm_batch_sequence_forwards_total", "Forwards of single sequences the batched forwards held.", uint64(bs.SeqForwards))
-		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s counter\n%s %.6f\n", "dllm_batch_step_seconds_total",
-			"Time inside the batched steps (forwards, greedy picks); the rest of the wall time between steps is the host's.",
-			"dllm_batch_step_seconds_total", "dllm_batch_step_seconds_total", bs.StepTime.Seconds())
+		counter("dllm_batch_step_seconds_total",
+			"Time inside the batched steps (forwards, greedy picks); the rest of the wall time between steps is the host's.", bs.StepTime.Seconds())
 	}
 	m := s.metrics
 	m.mu.Lock()
