@@ -2,6 +2,7 @@ package diffusion
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 
@@ -189,5 +190,74 @@ func TestBatcherCUDAMatchesSampler(t *testing.T) {
 	t.Logf("%d sequence forwards in %d steps", stats.SeqForwards, stats.Steps)
 	if stats.SeqForwards <= stats.Steps {
 		t.Error("nothing ran together")
+	}
+}
+
+// On a GPU: a load of sampling sequences, as the recipe's distillation
+// sends the AR teacher (blocks of 1) and as sampled chat requests send a
+// diffusion model (k = 3), each at its own prompt length and seed, more
+// of them than slots, all finish, in
+// bf16 with CUDA graphs; also while another goroutine copies to the host
+// as fast as it can, as requests reading their picks do (each copy takes a
+// stream of PyTorch's pool: none may be the one a graph is captured on).
+func TestBatcherCUDASampledLoad(t *testing.T) {
+	m, cfg := shapeModel(t, torch.BFloat16)
+	defer m.Free()
+	stop, copied := make(chan struct{}), make(chan int)
+	go func() {
+		n := 0
+		defer func() { copied <- n }()
+		x := torch.Zeros([]int64{4}, torch.Float32, torch.CUDA(0))
+		defer x.Free()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err := torch.Try(func() { torch.StartToSlice[float32](x).Wait() }); err != nil {
+				t.Errorf("a copy beside the batches: %v", err)
+				return
+			}
+			n++
+		}
+	}()
+	defer func() {
+		close(stop)
+		t.Logf("%d copies to the host beside the batches", <-copied)
+	}()
+	for _, block := range []int{1, 32} {
+		st := NewSettings(cfg.VocabSize-1, DefaultMaskToken, block, true)
+		b, err := NewBatcher(m, st, BatchConfig{Seqs: 8, Context: 1024})
+		if err != nil {
+			t.Fatal(err)
+		}
+		const n, tokens = 24, 48
+		errs := make(chan error, n)
+		for i := range n {
+			go func() {
+				p := make([]int64, 60+37*i)
+				for j := range p {
+					p[j] = int64((j+i)*7919) % int64(cfg.VocabSize-1)
+				}
+				o := Options{Temperature: 0.6, TopP: []float64{1, 0.95}[i%2], Seed: uint64(i), MaxNewTokens: tokens}
+				if block > 1 {
+					o.FixedCommit = 3
+				}
+				res, err := b.Generate(context.Background(), p, o, nil)
+				if err == nil && (len(res.IDs) == 0 || len(res.IDs) > tokens) {
+					err = fmt.Errorf("sequence %d: %d tokens, want 1 to %d", i, len(res.IDs), tokens)
+				}
+				errs <- err
+			}()
+		}
+		for range n {
+			if err := <-errs; err != nil {
+				t.Errorf("block %d: %v", block, err)
+			}
+		}
+		stats := b.Stats()
+		t.Logf("block %d: %d sequence forwards in %d steps", block, stats.SeqForwards, stats.Steps)
+		b.Close()
 	}
 }

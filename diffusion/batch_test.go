@@ -12,7 +12,7 @@ import (
 )
 
 // Every sequence of a batch writes what it writes alone, whatever runs
-// beside it: nine generations with their own block sizes, thresholds,
+// beside it: eleven generations with their own block sizes, thresholds,
 // commit rules, verify, sampling, lengths and stop tokens, AR decoding
 // (blocks of 1), through three slots (so some wait for one and join mid-run), against a Sampler each.
 func TestBatcherMatchesSampler(t *testing.T) {
@@ -29,6 +29,9 @@ func TestBatcherMatchesSampler(t *testing.T) {
 		{ErrorBudget: 0.5, MinCommit: 2, MaxNewTokens: 20},
 		{Threshold: 1, MaxNewTokens: 7, StopIDs: []int64{7}},
 		{BlockSize: 1, MaxNewTokens: 10}, // AR decoding
+		// AR sampling: each token drawn in its step beside the others'.
+		{BlockSize: 1, Temperature: 0.7, Seed: 11, MaxNewTokens: 12},
+		{BlockSize: 1, Temperature: 0.7, Seed: 12, MaxNewTokens: 12},
 	}
 	type out struct {
 		res    *Result

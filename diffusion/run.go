@@ -56,7 +56,7 @@ func (g *generation) prefill(ctx context.Context, prompt []int64) error {
 		}
 		end := min(start+g.p.chunk, len(prompt))
 		last := end == len(prompt)
-		if err := g.extend(prompt[start:end], last && g.p.shift); err != nil {
+		if _, err := g.extend(prompt[start:end], last && g.p.shift, nil); err != nil {
 			return err
 		}
 	}
@@ -72,7 +72,7 @@ func (g *generation) prefill(ctx context.Context, prompt []int64) error {
 // forward (its rows first, causal, then the new block's), which saves a
 // forward per block; flush runs it alone where there is no such forward.
 func (g *generation) commit(ids []int64) error {
-	if err := g.flush(); err != nil {
+	if _, err := g.flush(nil); err != nil {
 		return err
 	}
 	g.pending = ids
@@ -80,18 +80,19 @@ func (g *generation) commit(ids []int64) error {
 }
 
 // flush runs the pending block alone, as its own forward (with verify,
-// checking it).
-func (g *generation) flush() error {
+// checking it). spec, when not nil, is the pick of the carry alone that
+// the forward's step may draw (see extend).
+func (g *generation) flush(spec *pickSpec) (*picks, error) {
 	if g.pending == nil {
-		return nil
+		return nil, nil
 	}
 	if g.p.verify {
-		return g.checkAlone()
+		return nil, g.checkAlone()
 	}
 	ids := g.pending
 	g.pending = nil
 	g.steps++
-	return g.extend(ids, g.p.shift)
+	return g.extend(ids, g.p.shift, spec)
 }
 
 // room is how many positions the generation may still add after the
@@ -100,20 +101,29 @@ func (g *generation) room() int { return int(g.eng.room()) - len(g.pending) }
 
 // extend runs ids causally after the cached context, commits them to the
 // cache and, when carry is set, keeps the last logit row as the carry.
-func (g *generation) extend(ids []int64, carry bool) error {
+// spec, when not nil, is the carry's pick: the Batcher draws it with the
+// step's other sequences' and extend returns that draw (nil where none
+// was made, for the caller to pick from the carry).
+func (g *generation) extend(ids []int64, carry bool, spec *pickSpec) (*picks, error) {
 	rows := 0
 	if carry {
 		rows = 1
 	}
-	logits, err := g.eng.forward(ids, len(ids), rows, nil) // (1, V) or none
+	logits, err := g.eng.forward(ids, len(ids), rows, spec) // (1, V) or none
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if carry {
 		g.setCarry(logits, 0)
 		logits.free()
 	}
-	return g.eng.commit(int64(len(ids)))
+	if err := g.eng.commit(int64(len(ids))); err != nil {
+		if logits.picked != nil {
+			logits.picked.free()
+		}
+		return nil, err
+	}
+	return logits.picked, nil
 }
 
 // setCarry keeps row i of logits as the carry, in storage of its own: a
@@ -133,9 +143,12 @@ func (g *generation) setCarry(logits logitRows, i int64) {
 // alone (one candidate, no forward).
 func (g *generation) predict(c *canvas) (*picks, error) {
 	if g.p.shift && c.onlyFirstMasked() {
-		// The carry comes from the pending block's forward.
-		if err := g.flush(); err != nil {
-			return nil, err
+		// The carry comes from the pending block's forward, whose step
+		// draws it beside the batch's other sequences when it samples
+		// (AR decoding: every step is this one).
+		pk, err := g.flush(&pickSpec{pick: g.pick, lo: 0, hi: 1})
+		if err != nil || pk != nil {
+			return pk, err
 		}
 		return g.pick.start(nil, g.carry), nil
 	}

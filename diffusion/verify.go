@@ -43,7 +43,7 @@ func (g *generation) verified(ctx context.Context, res *Result, onBlock BlockFun
 		case draft != nil && (stops || left <= 0 || n <= 0) && len(draft) == 1:
 			g.pending, g.accepted = nil, draft
 		case draft != nil && (stops || left <= 0 || n <= 0):
-			if err := g.flush(); err != nil {
+			if _, err := g.flush(nil); err != nil {
 				return err
 			}
 		default:

@@ -63,6 +63,37 @@ struct Bucket {
   int64_t key() const { return (P << 24) + Sp; } // Sp < 2^24, P < 2^7
 };
 
+#ifdef DLLM_CUDA
+// OwnStream is a CUDA stream of one decoder's own. PyTorch's pool hands its
+// streams round-robin to every caller, so a pool stream a decoder captured
+// graphs on could at the same time be another thread's copy stream
+// (dt_to_host_start, a request reading its picks), whose wait on its own
+// event breaks the capture (cudaErrorStreamCaptureIsolation: a server's
+// batch failed so under load). Non-blocking: the legacy default stream
+// other threads use must not join a capture either.
+struct OwnStream {
+  cudaStream_t raw = nullptr;
+  c10::optional<c10::cuda::CUDAStream> s;
+  OwnStream() = default;
+  OwnStream(const OwnStream &) = delete;
+  OwnStream &operator=(const OwnStream &) = delete;
+  ~OwnStream() {
+    if (raw) cudaStreamDestroy(raw);
+  }
+  // get returns the stream, made on first use on the current device, of
+  // the highest priority when high, else the lowest.
+  c10::cuda::CUDAStream get(bool high) {
+    if (!s) {
+      int lo = 0, hi = 0;
+      C10_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lo, &hi));
+      C10_CUDA_CHECK(cudaStreamCreateWithPriority(&raw, cudaStreamNonBlocking, high ? hi : lo));
+      s = c10::cuda::getStreamFromExternal(raw, c10::cuda::current_device());
+    }
+    return *s;
+  }
+};
+#endif
+
 struct Decoder {
   // Keys from which attend folds grouped query heads into rows (measured on
   // an H200: 0.9 ms per step less at 32k, even at 8k, 0.2 ms more at 1k).
@@ -103,9 +134,9 @@ struct Decoder {
   std::map<int64_t, int> seen; // forwards per capture key (see forward), before capture
 #ifdef DLLM_CUDA
   std::map<int64_t, Captured> captured;
-  c10::optional<c10::cuda::CUDAStream> side;
+  OwnStream side; // captures' stream
 #ifdef DLLM_CUDNN_ATTN
-  c10::optional<c10::cuda::CUDAStream> fork; // attend_cudnn's own-key stream (high priority: not side)
+  OwnStream fork; // attend_cudnn's own-key stream (high priority: not side)
   at::cuda::CUDAEvent fork_in, fork_out;
 #endif
   at::cuda::MempoolId_t pool{0, 0};
@@ -363,15 +394,15 @@ struct Decoder {
       own = at::empty({Hkv, R, D}, q.options());
       own_lse = at::empty({Hkv, R}, q.options().dtype(at::kFloat));
       auto cur = c10::cuda::getCurrentCUDAStream();
-      if (!fork) fork = c10::cuda::getStreamFromPool(true, cur.device_index());
+      auto fk = fork.get(true);
       fork_in.record(cur);
-      fork_in.block(*fork);
-      void *st = fork->stream();
+      fork_in.block(fk);
+      void *st = fk.stream();
       check_launch(dtk_attn_own(dt, q.data_ptr(), own_k.data_ptr(), own_v.data_ptr(), own.data_ptr(),
                                 own_lse.data_ptr<float>(), Tn, H, Hkv, own_pos.data_ptr<int64_t>(), c,
                                 static_cast<float>(attn_scale()), st),
                    "attn_own");
-      fork_out.record(*fork);
+      fork_out.record(fk);
     }
     auto r = at::_scaled_dot_product_cudnn_attention(qf, k, v, c10::nullopt, true, 0.0, false, false, attn_scale());
     const auto &o = std::get<0>(r);   // (P, Hkv, R, D)
@@ -927,14 +958,14 @@ struct Decoder {
   // plain synchronisation is cheap enough.
   template <typename F> double on_side(F f) {
     auto cur = c10::cuda::getCurrentCUDAStream();
-    if (!side) side = c10::cuda::getStreamFromPool(false, cur.device_index());
+    auto sd = side.get(false);
     cur.synchronize();
     auto t0 = std::chrono::steady_clock::now();
     {
-      c10::cuda::CUDAStreamGuard sg(*side);
+      c10::cuda::CUDAStreamGuard sg(sd);
       f();
     }
-    side->synchronize();
+    sd.synchronize();
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   }
 #endif
