@@ -483,6 +483,11 @@ func runDecodeBatch(ctx context.Context, m *model.Model, st *diffusion.Settings,
 		return nil, err
 	}
 	defer b.Close()
+	// As the server does while loading: a lone sequence's graphs over the
+	// whole context, so that no timed step captures one.
+	if err := b.Reserve(md.block); err != nil {
+		return nil, err
+	}
 	// A sequence that fails cancels the others, which may be waiting for
 	// it at the start line.
 	ctx, cancel := context.WithCancel(ctx)

@@ -304,6 +304,44 @@ __global__ void __launch_bounds__(kAD * kMergeWays, 4) // four CTAs an SM: a 32-
   out[row * kAD + d] = cast<T>(wsum > 0 ? acc / wsum : 0.0f);
 }
 
+// attn_merge_rows_kernel is attn_merge_kernel for a batch's many rows of
+// few splits (attn_decode_batch, at most kRowsMergeSplits splits): a warp
+// a (row, key head), four dims a lane, the splits summed in one pass;
+// (R Hkv / 4) CTAs of 4 warps. attn_merge_kernel's 512-thread CTA a row
+// spent 19 us a layer on 8 sequences' 32-row blocks (4,096 rows of 4
+// splits, H100), most of its threads idle.
+constexpr int kRowsMergeSplits = 16;
+template <typename T>
+__global__ void __launch_bounds__(128)
+    attn_merge_rows_kernel(const float *part, const float *lse, T *out, int R, int G, int H, int Hkv, int splits,
+                           int S) {
+  const int lane = threadIdx.x % 32, p = blockIdx.x * 4 + threadIdx.x / 32;
+  dep_wait();
+  dep_launch();
+  if (p >= R * Hkv) return;
+  const int r = p / Hkv, h = p % Hkv;
+  const int ntiles = (S + kAKeys - 1) / kAKeys, tps = (ntiles + splits - 1) / splits, used = (ntiles + tps - 1) / tps;
+  // Split s's part of (r, h) is row s Hkv R + h R + r of part, its lse the same entry of lse.
+  const int64_t step = int64_t(Hkv) * R, at = int64_t(h) * R + r;
+  float mx = -INFINITY;
+  for (int s = lane; s < used; s += 32) mx = fmaxf(mx, lse[s * step + at]);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, o));
+  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  float wsum = 0;
+#pragma unroll 4
+  for (int s = 0; s < used; s++) {
+    const float w = mx == -INFINITY ? 0.0f : exp2f(lse[s * step + at] - mx);
+    const float4 v = reinterpret_cast<const float4 *>(part + (s * step + at) * kAD)[lane];
+    acc.x += w * v.x, acc.y += w * v.y, acc.z += w * v.z, acc.w += w * v.w;
+    wsum += w;
+  }
+  const float inv = wsum > 0 ? 1.0f / wsum : 0.0f;
+  const int64_t row = int64_t(r / G) * H + int64_t(h) * G + r % G;
+  *reinterpret_cast<uint2 *>(out + row * kAD + 4 * lane) =
+      make_uint2(pack2<T>(acc.x * inv, acc.y * inv), pack2<T>(acc.z * inv, acc.w * inv));
+}
+
 // Grid (R, Hkv), kAD threads: the merge of an attention split over its
 // keys by another kernel (cuDNN's, the splits its batch, in the decoder):
 // split s's folded row r of key head h at parts[s ps + h ph + r pr] (kAD
@@ -540,7 +578,7 @@ int attn_decode(const void *q, const void *kc, const void *vc, void *out, int64_
 // forward (dtk_attn_decode_batch): one grid of the longest sequence's row
 // blocks for each sequence and split, the splits chosen for the longest
 // context, merged over all rows at once (a shorter sequence's splits past
-// its keys hold nothing: weight 0).
+// its keys hold nothing: weight 0), a warp a row where the splits are few.
 template <typename T>
 int attn_decode_batch(const void *q, const void *kc, const void *vc, void *out, int64_t N, int64_t H, int64_t Hkv,
                       int64_t nb, const int64_t *bd, const int64_t *pos, int64_t max_n, int64_t max_s, float scale,
@@ -556,6 +594,11 @@ int attn_decode_batch(const void *q, const void *kc, const void *vc, void *out, 
   cudaError_t e = attn_launch<T>(grid, smem, st, q, kc, vc, out, Rmax, G, H, Hkv, max_s, pos, 0, scale, part, lse,
                                  false, bd, nb, Rtot);
   if (e != cudaSuccess || splits == 1) return e;
+  if (splits <= kRowsMergeSplits)
+    return launch(attn_merge_rows_kernel<T>, dim3(static_cast<unsigned>((Rtot * Hkv + 3) / 4)), dim3(128), 0, st,
+                  static_cast<const float *>(part), static_cast<const float *>(lse), static_cast<T *>(out),
+                  static_cast<int>(Rtot), static_cast<int>(G), static_cast<int>(H), static_cast<int>(Hkv), splits,
+                  static_cast<int>(max_s));
   return launch(attn_merge_kernel<T>, dim3(static_cast<unsigned>(Rtot), static_cast<unsigned>(Hkv)),
                 dim3(kAD, kMergeWays), 0, st, part, lse, static_cast<T *>(out), static_cast<int>(Rtot),
                 static_cast<int>(G), static_cast<int>(H), static_cast<int>(Hkv), splits, static_cast<int>(max_s),
