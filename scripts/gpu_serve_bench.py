@@ -22,7 +22,11 @@ Usage: python3 scripts/gpu_serve_bench.py [--long 8000] [--e2e-prompt 16000] [--
   --distill N instead serves the weights converted with blocks of 1 (the
   recipe's AR teacher) with --serve-args and times `dllm data distill` of N
   prompts against it (--clients-tokens an answer, the concurrency the
-  server reports).
+  server reports);
+  --load SECONDS instead runs `dllm bench load` (the reliability load: 64
+  clients of whole, streamed, abandoned and malformed requests) for that
+  long against serve.sh with --serve-args and --debug-stats, and prints its
+  table (unexpected answers, queue order, the server's resources).
 """
 import argparse, json, os, shutil, subprocess, sys, time, urllib.request
 
@@ -60,6 +64,7 @@ def main():
     ap.add_argument("--clients-prompt", type=int, default=300)
     ap.add_argument("--clients-tokens", type=int, default=1024)
     ap.add_argument("--distill", type=int, default=0)
+    ap.add_argument("--load", type=int, default=0)
     a = ap.parse_args()
     rows = []
     ar, dm = "/tmp/minicpm-ar", "/tmp/minicpm-dllm"
@@ -86,7 +91,8 @@ def main():
         subprocess.run(["bin/dllm", "convert", "--from", ar, "--out", dm, "--preset", "configs/minicpm5-2b.yaml",
                         "--block-size", "1"], check=True)
     t0 = time.time()
-    srv = subprocess.Popen(["./serve.sh", "--model", dm, "--port", str(PORT), "--host", "127.0.0.1", *a.serve_args.split()])
+    srv = subprocess.Popen(["./serve.sh", "--model", dm, "--port", str(PORT), "--host", "127.0.0.1", *a.serve_args.split(),
+                            *(["--debug-stats"] if a.load else [])])
     while health() != 200:
         if srv.poll() is not None:
             sys.exit(f"serve.sh exited with {srv.returncode}")
@@ -121,6 +127,12 @@ def main():
                      f"{toks} answer tokens (usage) in {dt:.1f} s = {toks / dt:.0f} tok/s; last log: "
                      + (out.stderr.strip().splitlines() or ["-"])[-1]))
         a.clients = ""
+    if a.load:
+        out = subprocess.run(["bin/dllm", "bench", "load", "--server", f"http://127.0.0.1:{PORT}", "--clients", "64",
+                              "--duration", f"{a.load}s"], capture_output=True, text=True)
+        print(out.stdout, out.stderr[-3000:], flush=True)
+        rows.append((f"bench load, 64 clients, {a.load} s ({a.serve_args or 'one stream'})", f"exit {out.returncode}"))
+        a.clients = ""
     if a.clients:
         out = subprocess.run(["bin/dllm", "bench", "decode", "--server", f"http://127.0.0.1:{PORT}", "--clients", a.clients,
                               "--prompt-tokens", str(a.clients_prompt), "--max-tokens", str(a.clients_tokens),
@@ -128,7 +140,7 @@ def main():
         print(out.stdout, out.stderr, flush=True)
         for l in out.stdout.splitlines()[1:]:
             rows.append((f"{l.split()[0]} clients at once (clients, requests, tokens, tok/s, stream tok/s, ttft ms, s)", l))
-    if not (a.clients or a.distill):
+    if not (a.clients or a.distill or a.load):
         single_stream(a, msgs, rows)
     srv.terminate()
     srv.wait(timeout=30)
