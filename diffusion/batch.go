@@ -147,8 +147,13 @@ func NewBatcher(m *model.Model, s *Settings, c BatchConfig) (*Batcher, error) {
 	}
 	b := &Batcher{
 		model: m, settings: s, dec: dec, cfg: c,
-		slots:  newSlotPool(c.Seqs),
-		events: make(chan batchEvent),
+		slots: newSlotPool(c.Seqs),
+		// Buffered: a sequence hands its forward over without waiting for
+		// the loop to take it, so that after a step the sequences run their
+		// turns at once, not one rendezvous with the loop after another
+		// (four events a sequence: a step's request, a callback's away and
+		// back, and join or leave).
+		events: make(chan batchEvent, 4*c.Seqs),
 		quit:   make(chan struct{}),
 		done:   make(chan struct{}),
 	}
@@ -190,8 +195,29 @@ func (b *Batcher) Generate(ctx context.Context, prompt []int64, o Options, onBlo
 	if onBlock != nil {
 		caller := onBlock
 		onBlock = func(bl Block) (bool, error) {
-			b.send(batchEvent{away: true})
-			defer b.send(batchEvent{back: true})
+			// A callback still running after awayAfter (a server writing
+			// to a stalled client) takes the sequence out of what the
+			// next step waits for until it returns; a quick one does not
+			// (its away and back would cost the loop two events and could
+			// start a step without it).
+			var mu sync.Mutex
+			away, returned := false, false
+			t := time.AfterFunc(awayAfter, func() {
+				mu.Lock()
+				defer mu.Unlock()
+				if !returned {
+					away = b.send(batchEvent{away: true})
+				}
+			})
+			defer func() {
+				t.Stop()
+				mu.Lock()
+				returned = true
+				mu.Unlock()
+				if away {
+					b.send(batchEvent{back: true})
+				}
+			}()
 			return caller(bl)
 		}
 	}
@@ -303,6 +329,10 @@ func (b *Batcher) loop() {
 // maxGather is how long a step waits for a sequence that is not yet
 // waiting for it, once another is.
 const maxGather = 5 * time.Millisecond
+
+// awayAfter is how long a sequence's caller may hold its block callback
+// before the steps stop waiting for the sequence (Batcher.Generate).
+const awayAfter = 500 * time.Microsecond
 
 // step runs one forward of reqs and hands each its logit rows, with their
 // picks: the greedy picks of every row of the step in one kernel, the
@@ -484,8 +514,25 @@ func (e *batchEngine) forward(ids []int64, causal, rows int, spec *pickSpec) (lo
 	if !e.b.send(batchEvent{req: r}) {
 		return logitRows{}, errBatcherClosed
 	}
-	o := <-r.out
+	o := e.wait(r.out)
 	return o.logits, o.err
+}
+
+// wait returns the loop's answer on out, or errBatcherClosed once the loop
+// has returned: a request it had not taken from the events' buffer by
+// then gets no answer.
+func (e *batchEngine) wait(out chan batchOut) batchOut {
+	select {
+	case o := <-out:
+		return o
+	case <-e.b.done:
+		select { // an answer given before the loop returned
+		case o := <-out:
+			return o
+		default:
+			return batchOut{err: errBatcherClosed}
+		}
+	}
 }
 
 func (e *batchEngine) commit(n int64) error {
@@ -507,7 +554,7 @@ func (e *batchEngine) next(n int, picks *torch.Tensor, mask int64, k int, shift 
 	if !e.b.send(batchEvent{next: nx}) {
 		return logitRows{}, false, errBatcherClosed
 	}
-	o := <-nx.out
+	o := e.wait(nx.out)
 	return o.logits, o.ok, o.err
 }
 
