@@ -85,8 +85,9 @@ done
 $PY - "$RESULTS" <<'PYEOF'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip().startswith("{")]
-print(f"{'env':>14} {'ctx':>6} {'mode':>8} {'batch':>5} {'step_ms':>8} {'p90':>6} {'host':>6} {'TPF':>5} {'tok/s':>7} {'stream':>7}")
+print(f"{'env':>14} {'ctx':>6} {'mode':>8} {'batch':>5} {'fill':>5} {'waits':>5} {'step_ms':>8} {'p90':>6} {'host':>6} {'TPF':>5} {'tok/s':>7} {'stream':>7}")
 for r in rows:
-    print(f"{r['env']:>14} {r['context']:>6} {r['mode']:>8} {r.get('batch') or '-':>5} {r['step_median_ms']:8.2f} {r['step_p90_ms']:6.2f} "
+    print(f"{r['env']:>14} {r['context']:>6} {r['mode']:>8} {r.get('batch') or '-':>5} {r.get('batch_fill', 0):5.1f} {r.get('gather_waits', 0):5d} "
+          f"{r['step_median_ms']:8.2f} {r['step_p90_ms']:6.2f} "
           f"{r['host_ms']:6.2f} {r['tpf']:5.2f} {r['tokens_per_s']:7.0f} {r.get('stream_tokens_per_s', r['tokens_per_s']):7.0f}")
 PYEOF

@@ -47,7 +47,8 @@ once plus the KV cache at C, at --bandwidth-gbs.
 (diffusion.Batcher, as dllm serve --max-num-seqs runs them), each with its
 own random prompt of C tokens: tokens/s is then all streams together,
 stream_tok/s one stream's share, step_ms the time of one batched forward as
-a stream sees it, and the floor reads B KV caches.
+a stream sees it, fill the sequences a step held on average, and the floor
+reads B KV caches.
 
 With --server: times streamed chat completions against an OpenAI-compatible
 server (dllm serve or any other): time to first token and tokens/s. With
@@ -143,6 +144,12 @@ type decodePoint struct {
 	// when the device waits: the timed wall time less the time inside
 	// the steps (diffusion.BatchStats), per step.
 	HostMS float64 `json:"host_ms"`
+	// With --batch: BatchFill is the sequences a timed step held on average
+	// (diffusion.BatchStats: sequence forwards over steps), GatherWaits the
+	// timed steps that ran only after waiting the batcher's longest for a
+	// sequence that was late (each waits 5 ms).
+	BatchFill   float64 `json:"batch_fill,omitempty"`
+	GatherWaits int64   `json:"gather_waits,omitempty"`
 	// FloorMS is the time one forward needs to read the weights and the KV
 	// cache at Context once at BandwidthGBs; VsFloor = StepMedianMS / FloorMS.
 	FloorMS      float64 `json:"floor_ms"`
@@ -199,8 +206,8 @@ func benchDecodeLocal(ctx context.Context, c *cli.Command) error {
 	if !c.Bool("json") {
 		fmt.Fprintf(w, "# %d layers, hidden %d, vocab %d, %s on %s: %.4g GB of weights read per forward, KV %.4g kB/token; floor at %.0f GB/s\n",
 			cfg.NumHiddenLayers, cfg.HiddenSize, cfg.VocabSize, dt, dev, float64(weightBytes)/1e9, float64(kvPerToken)/1e3, bw)
-		fmt.Fprintf(w, "%-8s %5s %5s %8s %6s %6s %8s %8s %8s %8s %9s %9s %10s %7s\n",
-			"mode", "batch", "block", "context", "tokens", "fwds", "TPF", "step_ms", "p90_ms", "host_ms", "tokens/s", "stream/s", "floor_ms", "x_floor")
+		fmt.Fprintf(w, "%-8s %5s %5s %5s %8s %6s %6s %8s %8s %8s %8s %9s %9s %10s %7s\n",
+			"mode", "batch", "fill", "block", "context", "tokens", "fwds", "TPF", "step_ms", "p90_ms", "host_ms", "tokens/s", "stream/s", "floor_ms", "x_floor")
 	}
 	// 2. One short generation first: the first in a process runs 3-4x
 	// slower per step on a GPU (docs/performance.md), which would land on
@@ -243,9 +250,9 @@ func benchDecodeLocal(ctx context.Context, c *cli.Command) error {
 					}
 					continue
 				}
-				fmt.Fprintf(w, "%-8s %5d %5d %8d %6d %6d %8.2f %8.2f %8.2f %8.2f %9.1f %9.1f %10.4g %7.1f\n",
-					p.Mode, max(B, 1), p.Block, p.Context, p.Tokens, p.Forwards, p.TPF, p.StepMedianMS, p.StepP90MS, p.HostMS, p.TokPerSec,
-					p.StreamTokPerSec, p.FloorMS, p.VsFloor)
+				fmt.Fprintf(w, "%-8s %5d %5.1f %5d %8d %6d %6d %8.2f %8.2f %8.2f %8.2f %9.1f %9.1f %10.4g %7.1f\n",
+					p.Mode, max(B, 1), max(p.BatchFill, 1), p.Block, p.Context, p.Tokens, p.Forwards, p.TPF, p.StepMedianMS, p.StepP90MS,
+					p.HostMS, p.TokPerSec, p.StreamTokPerSec, p.FloorMS, p.VsFloor)
 			}
 		}
 	}
@@ -379,6 +386,8 @@ type decodeRun struct {
 	wall     time.Duration
 	host     time.Duration // of the timed forwards: Sampler.HostTime
 	turnMS   float64       // with --batch, the host's turn a step (decodePoint.HostMS)
+	fill     float64       // with --batch, decodePoint.BatchFill
+	waits    int64         // with --batch, decodePoint.GatherWaits
 	prefill  time.Duration
 }
 
@@ -537,6 +546,8 @@ func runDecodeBatch(ctx context.Context, m *model.Model, st *diffusion.Settings,
 	r := &decodeRun{}
 	if steps := stats.Steps - at.Steps; steps > 0 && len(prompts) > 1 {
 		r.turnMS = float64((done.Sub(start) - (stats.StepTime - at.StepTime)).Microseconds()) / 1000 / float64(steps)
+		r.fill = float64(stats.SeqForwards-at.SeqForwards) / float64(steps)
+		r.waits = stats.GatherTimeouts - at.GatherTimeouts
 	}
 	var end time.Time
 	for i, k := range clocks {
@@ -576,6 +587,7 @@ func (r *decodeRun) point(dev torch.Device, dt torch.DType, md decodeMode, C int
 		p.TPF = float64(r.tokens) / float64(r.forwards)
 		p.HostMS = float64(r.host.Microseconds()) / 1000 / float64(r.forwards)
 	}
+	p.BatchFill, p.GatherWaits = r.fill, r.waits
 	if r.turnMS > 0 {
 		p.HostMS = r.turnMS
 	}

@@ -98,8 +98,8 @@ func TestBenchDecodeCommand(t *testing.T) {
 }
 
 // --batch runs every point as that many sequences decoding together: each
-// stream commits the tokens and spends the forwards it does alone, and
-// the floor reads one KV cache per stream.
+// stream commits the tokens and spends the forwards it does alone, the
+// floor reads one KV cache per stream, and the steps hold several.
 func TestBenchDecodeBatch(t *testing.T) {
 	if err := torch.Load(); err != nil {
 		t.Fatal(err)
@@ -126,6 +126,9 @@ func TestBenchDecodeBatch(t *testing.T) {
 		}
 		if floor := float64(weightBytes+w.batch*32*kvPerToken) / (4300 * 1e9) * 1e3; math.Abs(p.FloorMS-floor) > 1e-12 {
 			t.Errorf("point %d: floor %v ms, want %v", i, p.FloorMS, floor)
+		}
+		if fill := p.BatchFill; w.batch > 1 && !(fill > 1 && fill <= float64(w.batch)) || w.batch == 1 && fill != 0 || p.GatherWaits < 0 {
+			t.Errorf("point %d: %v sequences a step, %d gather waits", i, fill, p.GatherWaits)
 		}
 	}
 }
