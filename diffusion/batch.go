@@ -365,7 +365,7 @@ func (b *Batcher) step(reqs []*batchReq) {
 	all := logitRows{t: logits}
 	var drawn []*picks // a sampling request's draw, by request
 	if err == nil && len(reqs) > 1 {
-		err = torch.Try(func() { drawn = b.pickAll(reqs, logits, offs, &all) })
+		err = torch.Try(func() { drawn = b.pickAll(reqs, logits, offs, &all, sampleBytes) })
 	}
 	if err != nil {
 		for _, r := range reqs {
@@ -390,12 +390,21 @@ func (b *Batcher) step(reqs []*batchReq) {
 	logits.Free()
 }
 
+// sampleBytes bounds a pass of the batch's sampling draws (pickAll): its
+// float32 (rows, V) temporaries, of which picker.sample holds about four
+// at once, plus the noise. 64 sequences' 32-row blocks over a 130k
+// vocabulary are ~1 GB a temporary in one pass, which the memory left
+// beside a full KV cache (3 GiB) does not hold.
+const sampleBytes = 256 << 20
+
 // pickAll makes step's picks of logits (the rows of reqs one after
 // another, request i's from offs[i]): every row's greedy pick into all
 // when a request is greedy, and the draws of the sampling requests with a
 // pickSpec, which it returns by request (nil where none), all through one
-// copy to the host.
-func (b *Batcher) pickAll(reqs []*batchReq, logits *torch.Tensor, offs []int64, all *logitRows) []*picks {
+// copy to the host. Requests that draw alike are drawn together in passes
+// of whole requests whose float32 rows take up to passBytes (at least one
+// request each).
+func (b *Batcher) pickAll(reqs []*batchReq, logits *torch.Tensor, offs []int64, all *logitRows, passBytes int64) []*picks {
 	var tmp []*torch.Tensor
 	keep := func(t *torch.Tensor) *torch.Tensor { tmp = append(tmp, t); return t }
 	defer func() { torch.Free(tmp...) }()
@@ -420,6 +429,10 @@ func (b *Batcher) pickAll(reqs []*batchReq, logits *torch.Tensor, offs []int64, 
 		}
 		groups[j] = append(groups[j], i)
 	}
+	if len(groups) > 0 {
+		maxRows := int(max(1, passBytes/(4*logits.Size(1))))
+		groups = passes(groups, maxRows, func(i int) int { return reqs[i].spec.rows() })
+	}
 	for _, g := range groups {
 		// 2. The group's rows and each request's noise, drawn from its own
 		//    generator in the shape it draws alone (picker.start).
@@ -427,16 +440,17 @@ func (b *Batcher) pickAll(reqs []*batchReq, logits *torch.Tensor, offs []int64, 
 		n := 0
 		for _, i := range g {
 			s := reqs[i].spec
-			k := s.hi - s.lo
 			if s.first != nil {
 				rows = append(rows, s.first)
-				k++
 			}
 			rows = append(rows, keep(logits.Narrow(0, offs[i]+int64(s.lo), int64(s.hi-s.lo))))
-			noise = append(noise, keep(s.pick.gen.Rand([]int64{int64(k), logits.Size(1)}, torch.Float32)))
-			n += k
+			noise = append(noise, keep(s.pick.gen.Rand([]int64{int64(s.rows()), logits.Size(1)}, torch.Float32)))
+			n += s.rows()
 		}
-		parts = append(parts, keep(reqs[g[0]].spec.pick.sample(keep(torch.Cat(0, rows...)), keep(torch.Cat(0, noise...)))))
+		u := keep(torch.Cat(0, noise...))
+		torch.Free(noise...) // only u from here: a pass's memory is its bound
+		parts = append(parts, keep(reqs[g[0]].spec.pick.sample(keep(torch.Cat(0, rows...)), u)))
+		u.Free()
 		sizes = append(sizes, n)
 	}
 	if len(parts) == 0 {
@@ -465,16 +479,30 @@ func (b *Batcher) pickAll(reqs []*batchReq, logits *torch.Tensor, offs []int64, 
 	for gi, g := range groups {
 		conf, tok := part(sizes[gi])
 		for _, i := range g {
-			s := reqs[i].spec
-			k := s.hi - s.lo
-			if s.first != nil {
-				k++
-			}
+			k := reqs[i].spec.rows()
 			drawn[i] = &picks{tok: tok[:k:k], conf: conf[:k:k]}
 			tok, conf = tok[k:], conf[k:]
 		}
 	}
 	return drawn
+}
+
+// passes splits each group of requests into runs of whole requests of at
+// most maxRows rows (rows(i) each), a request with more alone.
+func passes(groups [][]int, maxRows int, rows func(i int) int) [][]int {
+	var out [][]int
+	for _, g := range groups {
+		start, n := 0, 0
+		for j, i := range g {
+			if j > start && n+rows(i) > maxRows {
+				out = append(out, g[start:j])
+				start, n = j, 0
+			}
+			n += rows(i)
+		}
+		out = append(out, g[start:])
+	}
+	return out
 }
 
 // stepAhead answers nx: its step queued ahead where alone says the

@@ -65,6 +65,14 @@ type pickSpec struct {
 	lo, hi int
 }
 
+// rows is how many rows the pick draws: first's, then [lo, hi).
+func (s *pickSpec) rows() int {
+	if s.first != nil {
+		return s.hi - s.lo + 1
+	}
+	return s.hi - s.lo
+}
+
 // narrow is rows [i, i+n), t a view of its own to free.
 func (l logitRows) narrow(i, n int64) logitRows {
 	r := logitRows{t: l.t.Narrow(0, i, n)}
@@ -179,7 +187,10 @@ func (pk *picker) startDevice(first, logits *torch.Tensor) *picks {
 // from p in a fixed number of kernels and without a sort. It returns (2n)
 // float64: the drawn tokens' probabilities, then their ids. Every
 // operation works row by row, so a row's draw does not depend on the rows
-// beside it (the Batcher samples many sequences' rows at once).
+// beside it (the Batcher samples many sequences' rows at once). Each (n,
+// V) temporary is freed as soon as the next one is made: a batch's rows
+// make them large (Batcher.pickAll's passes), and at most two are alive
+// beside logp and u.
 func (pk *picker) sample(logits, u *torch.Tensor) *torch.Tensor {
 	var tmp []*torch.Tensor
 	keep := func(t *torch.Tensor) *torch.Tensor { tmp = append(tmp, t); return t }
@@ -187,14 +198,29 @@ func (pk *picker) sample(logits, u *torch.Tensor) *torch.Tensor {
 	n := logits.Size(0)
 	l := keep(logits.To(torch.Float32, pk.dev)) // (n, V)
 	if pk.mask >= 0 {
-		keep(l.Narrow(1, pk.mask, 1)).Fill(math.Inf(-1))
+		col := l.Narrow(1, pk.mask, 1) // a view, freed at once: it would keep l alive
+		col.Fill(math.Inf(-1))
+		col.Free()
 	}
-	logp := keep(keep(l.DivScalar(pk.temperature)).LogSoftmax(1))
+	scaled := keep(l.DivScalar(pk.temperature))
+	l.Free()
+	logp := keep(scaled.LogSoftmax(1))
+	scaled.Free()
 	if pk.topP < 1 {
-		logp = keep(pk.nucleus(logp))
+		nuc := keep(pk.nucleus(logp))
+		logp.Free()
+		logp = nuc
 	}
-	g := keep(keep(keep(keep(u.Log()).Neg()).Log()).Neg())
-	ids := keep(keep(logp.Add(g)).Argmax(1, false)) // (n) int64
+	g := keep(u.Log())
+	for _, f := range []func(*torch.Tensor) *torch.Tensor{(*torch.Tensor).Neg, (*torch.Tensor).Log, (*torch.Tensor).Neg} {
+		next := keep(f(g))
+		g.Free()
+		g = next
+	}
+	sum := keep(logp.Add(g))
+	g.Free()
+	ids := keep(sum.Argmax(1, false)) // (n) int64
+	sum.Free()
 	col := keep(ids.Reshape(n, 1))
 	p := keep(keep(keep(logp.Gather(1, col)).Exp()).Reshape(n)) // (n) float32
 	return torch.Cat(0, keep(p.To(torch.Float64, pk.dev)), keep(ids.To(torch.Float64, pk.dev)))
@@ -217,5 +243,7 @@ func (pk *picker) nucleus(logp *torch.Tensor) *torch.Tensor {
 	out := keep(keep(above.GeScalar(pk.topP)).Or(keep(prob.EqScalar(0))))
 	cut := keep(keep(vals.MaskedFill(out, math.Inf(1))).Min(1, true)) // (n, 1) least kept log-prob
 	below := keep(logp.Lt(cut))                                       // (n, V)
-	return keep(logp.MaskedFill(below, math.Inf(-1))).LogSoftmax(1)
+	kept := keep(logp.MaskedFill(below, math.Inf(-1)))
+	below.Free()
+	return kept.LogSoftmax(1)
 }
