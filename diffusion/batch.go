@@ -457,7 +457,11 @@ func (b *Batcher) pickAll(reqs []*batchReq, logits *torch.Tensor, offs []int64, 
 		return nil
 	}
 	// 3. One copy, then each part's rows to their requests.
-	host := torch.ToSlice[float64](keep(torch.Cat(0, parts...)))
+	both := parts[0]
+	if len(parts) > 1 {
+		both = keep(torch.Cat(0, parts...))
+	}
+	host := torch.ToSlice[float64](both)
 	at := 0
 	part := func(n int) (conf []float64, tok []int64) {
 		conf, ids := host[at:at+n], host[at+n:at+2*n]
