@@ -118,10 +118,7 @@ func (g *generation) extend(ids []int64, carry bool, spec *pickSpec) (*picks, er
 		logits.free()
 	}
 	if err := g.eng.commit(int64(len(ids))); err != nil {
-		if logits.picked != nil {
-			logits.picked.free()
-		}
-		return nil, err
+		return nil, err // a Batcher's draw is on the host: nothing to free
 	}
 	return logits.picked, nil
 }
