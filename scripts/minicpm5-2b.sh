@@ -43,7 +43,7 @@
 #                        distillation (vLLM or SGLang serving HF_DIR)
 #   --teacher-tps N      its generated tokens/s, all requests together (default: 20,000
 #                        for --teacher, an unmeasured assumption; for --local-teacher
-#                        1,600 with requests decoding together, 200 one at a time)
+#                        4,000 with requests decoding together, 200 one at a time)
 #   --local-teacher      distill from dllm serve on the checkpoint with blocks of 1 (AR
 #                        decoding, --teacher-seqs requests together)
 #   --teacher-seqs N     the local teacher decodes N requests together (dllm serve
@@ -85,9 +85,11 @@ TEACHER_TPS=
 # --teacher-seqs 1.
 LOCAL_TPS=200
 # dllm serve's AR rate with 64 requests decoding together, sampled at
-# temperature 0.6 (1,674 tok/s measured on an H100, docs/benchmarks.md):
-# the local teacher's.
-LOCAL_BATCH_TPS=1600
+# temperature 0.6: the local teacher's. Measured on an H100
+# (docs/benchmarks.md, "Batched decoding"): 11,493 tok/s for 512-token
+# answers; greedy AR at batch 64 falls from 12,089 tok/s at 1k of context
+# to 4,168 at 8k, and the recipe's answers run to 7,680 tokens, so 4,000.
+LOCAL_BATCH_TPS=4000
 LOCAL_TEACHER=0
 TEACHER_SEQS=
 DISTILL_N=
