@@ -9,9 +9,13 @@ import (
 
 // genSort asks for a list of distinct numbers (3-4 of 1-2 digits at the
 // CPU size, 3-6 of 1-3 at the GPU size)
-// sorted up or down; the answer is the list, "7, 19, 42, 319". The work is
-// selection sort: a line per pick, the number taken and what is left,
-// "19 | 42, 319", so each line finds its candidates in the line above.
+// sorted up or down; the answer is the list, "7, 19, 42, 319". The work
+// first copies the list, "list: 42, 7, 319, 19", then runs selection
+// sort: a line per pick, the number taken and what is left, "19 | 42,
+// 319", so each line finds its candidates in the line above. Without the
+// copy, the first pick was the one line that read the prompt, and most of
+// the teachers' sort errors were there (a wrong pick, or the rest copied
+// with a number changed).
 func genSort(r *rand.Rand, s Size) Problem {
 	n := between(r, s.SortLen)
 	nums := make([]int, 0, n)
@@ -26,7 +30,7 @@ func genSort(r *rand.Rand, s Size) Problem {
 		word, pick = "descending", slices.Max[[]int]
 	}
 	left := slices.Clone(nums)
-	var work, out []string
+	work, out := []string{"list: " + joinInts(nums)}, []string(nil)
 	for len(left) > 0 {
 		v := pick(left)
 		left = slices.DeleteFunc(left, func(x int) bool { return x == v })

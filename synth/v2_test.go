@@ -250,13 +250,18 @@ func checkSumColumns(t *testing.T, p *Problem) {
 	}
 }
 
-// checkSelection: each line takes the best of what the line before left.
+// checkSelection: the first line copies the prompt's list, and each
+// line after takes the best of what the line before left.
 func checkSelection(t *testing.T, p *Problem) {
 	t.Helper()
 	_, list, _ := strings.Cut(p.Prompt, ": ")
+	lines := strings.Split(p.Reasoning, "\n")
+	if lines[0] != "list: "+list {
+		t.Fatalf("sort %q: first line %q, want the list", p.Prompt, lines[0])
+	}
 	left := list
 	var picked []string
-	for _, l := range strings.Split(p.Reasoning, "\n") {
+	for _, l := range lines[1:] {
 		v, rest, ok := strings.Cut(l, " | ")
 		if !ok {
 			t.Fatalf("sort %q: line %q", p.Prompt, l)
