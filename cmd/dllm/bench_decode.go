@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -71,6 +72,7 @@ See docs/performance.md.`,
 			&cli.IntFlag{Name: "warmup", Value: 96, Usage: "untimed tokens before the timed ones at each point (at least one block; the default's three blocks see every kind of forward twice, so its CUDA graphs are captured before the timing)"},
 			&cli.FloatFlag{Name: "bandwidth-gbs", Value: 4300, Usage: "memory bandwidth for the floor, GB/s (H200 copy as measured: 4300; H100: 3350)"},
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object per point"},
+			&cli.StringFlag{Name: "cpuprofile", Usage: "write a Go CPU profile of the in-process points to `FILE` (go tool pprof): where the host's time goes"},
 			// Client mode.
 			&cli.StringFlag{Name: "server", Usage: "base `URL` of an OpenAI-compatible server to time instead (e.g. http://127.0.0.1:8000)"},
 			&cli.IntFlag{Name: "max-tokens", Value: 256, Usage: "with --server: max_tokens per request"},
@@ -94,6 +96,17 @@ func benchDecode(ctx context.Context, c *cli.Command) error {
 	defer stop()
 	if c.String("server") != "" {
 		return benchDecodeServer(ctx, c)
+	}
+	if path := c.String("cpuprofile"); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	return benchDecodeLocal(ctx, c)
 }

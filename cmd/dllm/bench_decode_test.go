@@ -6,6 +6,8 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -106,8 +108,14 @@ func TestBenchDecodeBatch(t *testing.T) {
 	}
 	torch.SetNumThreads(1)
 	const block, tokens = 8, 16
+	prof := filepath.Join(t.TempDir(), "cpu.prof")
 	points := benchDecodeLines[decodePoint](t, "--config", tinyModel, "--device", "cpu", "--dtype", "f32", "--ctx", "32",
-		"--commit", "4", "--ar", "--block", fmt.Sprint(block), "--tokens", fmt.Sprint(tokens), "--warmup", "8", "--batch", "1,3")
+		"--commit", "4", "--ar", "--block", fmt.Sprint(block), "--tokens", fmt.Sprint(tokens), "--warmup", "8", "--batch", "1,3",
+		"--cpuprofile", prof)
+	// --cpuprofile wrote a profile (gzipped protobuf).
+	if b, err := os.ReadFile(prof); err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Errorf("--cpuprofile: %d bytes, %v", len(b), err)
+	}
 	want := []struct {
 		mode            string
 		batch, forwards int // per stream
