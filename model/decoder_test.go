@@ -249,6 +249,39 @@ func TestBatchDecoderMatchesAlone(t *testing.T) {
 			t.Errorf("sequence %d (slot %d): batched logits differ from alone by %.2e", i, slots[i], e)
 		}
 	}
+	// 3. Together, each asking for fewer rows than it has tokens (the
+	//    logits of the rows asked for, in order: a gather, where all rows
+	//    take none): none of the first, the last 3 of the second, all of
+	//    the third.
+	b2, err := m.NewBatchDecoder(40, 3, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b2.Free()
+	var pre, step []torch.BatchSeq
+	ask := []int{0, 3, len(blocks[2])}
+	for i := range prompts {
+		pre = append(pre, torch.BatchSeq{Slot: slots[i], IDs: prompts[i], Causal: len(prompts[i])})
+		step = append(step, torch.BatchSeq{Slot: slots[i], IDs: blocks[i], Pos: int64(len(prompts[i])), Causal: causal[i], Rows: ask[i]})
+	}
+	torch.NoGrad(func() {
+		if _, err := b2.Forward(pre); err != nil {
+			t.Fatal(err)
+		}
+		logits, err := b2.Forward(step)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := logits.Reshape(1, logits.Shape()[0], -1)
+		got := rows(t, l)
+		torch.Free(l, logits)
+		for i, n := range ask {
+			if e := rowRelErr(got[:n], want[i][len(want[i])-n:]); e > 1e-5 {
+				t.Errorf("sequence %d, its last %d rows: differ from alone by %.2e", i, n, e)
+			}
+			got = got[n:]
+		}
+	})
 	// A sequence outside the slots, or past the context, is an error.
 	for _, s := range []torch.BatchSeq{{Slot: 3, IDs: []int64{1}}, {Slot: 0, IDs: []int64{1}, Pos: 40}} {
 		if _, err := b.Forward([]torch.BatchSeq{s}); err == nil {

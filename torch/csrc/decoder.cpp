@@ -1254,6 +1254,10 @@ dt_err dt_decoder_forward_batch(dt_decoder dec, const int64_t *ids, int n_seq, c
     auto h = d->forward_batch(host.to(d->embed.device(), at::kLong, false, true), b);
     *logits = nullptr;
     if (R == 0) return;
+    if (R == N) { // every row asked for (AR steps, most block steps): no gather
+      *logits = W(at::linear(h, d->head));
+      return;
+    }
     std::vector<at::Tensor> parts;
     int64_t off = 0;
     for (int i = 0; i < n_seq; i++) {
