@@ -28,6 +28,10 @@
 #   AR=0              leave out the AR (block 1) points
 #   BATCH="1 8 32"    also each point as that many sequences decoding
 #                     together (bench decode --batch; continuous batching)
+#   CPUPROFILE=1      with BATCH, a Go CPU profile of each context's batched
+#                     points, $OUT/batch-CTX.prof: where the host's turn
+#                     between steps goes (go tool pprof bin/dllm FILE, with
+#                     the binary that ran)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 CTX=${CTX-"1k 8k 32k"}
@@ -79,7 +83,8 @@ for ab in "" $AB; do
 			--tokens "$TOKENS" --warmup "$WARMUP" --json | sed "s|^{|{\"env\":\"${ab:-as is}\",|" | tee -a "$RESULTS"
 		[ -n "${BATCH:-}" ] && env ${ab//+/ } timeout 300 bin/dllm bench decode --config testdata/minicpm5-2b-shape/config.json \
 			--device cuda --dtype bf16 --ctx "$c" --block 32 --commit "$COMMIT" $([ "${AR:-1}" = 0 ] || echo --ar) \
-			--batch "${BATCH// /,}" --tokens "$TOKENS" --warmup "$WARMUP" --json | sed "s|^{|{\"env\":\"${ab:-as is}\",|" | tee -a "$RESULTS"
+			--batch "${BATCH// /,}" --tokens "$TOKENS" --warmup "$WARMUP" --json \
+			${CPUPROFILE:+--cpuprofile "${OUT:-/tmp}/batch-$c.prof"} | sed "s|^{|{\"env\":\"${ab:-as is}\",|" | tee -a "$RESULTS"
 	done
 done
 $PY - "$RESULTS" <<'PYEOF'
