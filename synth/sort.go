@@ -30,7 +30,8 @@ func genSort(r *rand.Rand, s Size) Problem {
 		word, pick = "descending", slices.Max[[]int]
 	}
 	left := slices.Clone(nums)
-	work, out := []string{"list: " + joinInts(nums)}, []string(nil)
+	work := []string{"list: " + joinInts(nums)}
+	var out []string
 	for len(left) > 0 {
 		v := pick(left)
 		left = slices.DeleteFunc(left, func(x int) bool { return x == v })
