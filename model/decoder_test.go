@@ -179,11 +179,7 @@ func TestDecoderErrors(t *testing.T) {
 // into a graph, then from it), the rows of run r in out[r*len(blocks)+i].
 func batchRows(t *testing.T, b *BatchDecoder, slots []int, prompts, blocks [][]int64, causal []int, runs int) [][][]float64 {
 	t.Helper()
-	var pre, step []torch.BatchSeq
-	for i := range prompts {
-		pre = append(pre, torch.BatchSeq{Slot: slots[i], IDs: prompts[i], Causal: len(prompts[i])})
-		step = append(step, torch.BatchSeq{Slot: slots[i], IDs: blocks[i], Pos: int64(len(prompts[i])), Causal: causal[i], Rows: len(blocks[i])})
-	}
+	pre, step := batchSeqs(slots, prompts, blocks, causal, nil)
 	var out [][][]float64
 	torch.NoGrad(func() {
 		if l, err := b.Forward(pre); err != nil || l != nil {
@@ -204,6 +200,21 @@ func batchRows(t *testing.T, b *BatchDecoder, slots []int, prompts, blocks [][]i
 		}
 	})
 	return out
+}
+
+// batchSeqs lays out batchRows' two forwards: the prompts (sequence i in
+// slot slots[i]), then the blocks after them, block i asking for the logits
+// of its last ask[i] rows (all of them where ask is nil).
+func batchSeqs(slots []int, prompts, blocks [][]int64, causal, ask []int) (pre, step []torch.BatchSeq) {
+	for i := range prompts {
+		rows := len(blocks[i])
+		if ask != nil {
+			rows = ask[i]
+		}
+		pre = append(pre, torch.BatchSeq{Slot: slots[i], IDs: prompts[i], Causal: len(prompts[i])})
+		step = append(step, torch.BatchSeq{Slot: slots[i], IDs: blocks[i], Pos: int64(len(prompts[i])), Causal: causal[i], Rows: rows})
+	}
+	return pre, step
 }
 
 // tinyBatch is three sequences for the tiny model's batched forwards, in
@@ -258,12 +269,8 @@ func TestBatchDecoderMatchesAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b2.Free()
-	var pre, step []torch.BatchSeq
 	ask := []int{0, 3, len(blocks[2])}
-	for i := range prompts {
-		pre = append(pre, torch.BatchSeq{Slot: slots[i], IDs: prompts[i], Causal: len(prompts[i])})
-		step = append(step, torch.BatchSeq{Slot: slots[i], IDs: blocks[i], Pos: int64(len(prompts[i])), Causal: causal[i], Rows: ask[i]})
-	}
+	pre, step := batchSeqs(slots, prompts, blocks, causal, ask)
 	torch.NoGrad(func() {
 		if _, err := b2.Forward(pre); err != nil {
 			t.Fatal(err)
