@@ -463,17 +463,12 @@ func (b *Batcher) pickAll(reqs []*batchReq, logits *torch.Tensor, offs []int64, 
 	}
 	host := torch.ToSlice[float64](both)
 	at := 0
-	part := func(n int) (conf []float64, tok []int64) {
-		conf, ids := host[at:at+n], host[at+n:at+2*n]
+	part := func(n int) (tok []int64, conf []float64) {
 		at += 2 * n
-		tok = make([]int64, n)
-		for i, id := range ids {
-			tok[i] = int64(id)
-		}
-		return conf, tok
+		return splitPicks(host[at-2*n : at])
 	}
 	if greedy >= 0 {
-		all.conf, all.tok = part(sizes[0])
+		all.tok, all.conf = part(sizes[0])
 		sizes = sizes[1:]
 	}
 	var drawn []*picks
@@ -481,7 +476,7 @@ func (b *Batcher) pickAll(reqs []*batchReq, logits *torch.Tensor, offs []int64, 
 		drawn = make([]*picks, len(reqs))
 	}
 	for gi, g := range groups {
-		conf, tok := part(sizes[gi])
+		tok, conf := part(sizes[gi])
 		for _, i := range g {
 			k := reqs[i].spec.rows()
 			drawn[i] = &picks{tok: tok[:k:k], conf: conf[:k:k]}

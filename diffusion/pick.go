@@ -106,7 +106,12 @@ func (p *picks) wait() (tok []int64, conf []float64) {
 		return p.tok, p.conf
 	}
 	p.dev.Free()
-	host := p.c.Wait()
+	return splitPicks(p.c.Wait())
+}
+
+// splitPicks reads picks in their device layout, (2n) float64:
+// probabilities, then ids.
+func splitPicks(host []float64) (tok []int64, conf []float64) {
 	n := len(host) / 2
 	tok = make([]int64, n)
 	for i := range tok {
