@@ -42,8 +42,8 @@ run)
 	[ -e "$OLD/dllm.gz" ] && [ -e build/ab/dllm.gz ] || { echo "no build/ab: run '$0 prepare REV' on the dev box and carry build/ab" >&2; exit 2; }
 	gunzip -c "$OLD/dllm.gz" >"$OLD/dllm" && gunzip -c build/ab/dllm.gz >bin/dllm && chmod +x "$OLD/dllm" bin/dllm
 	rm -f bin/libdllmtorch.so build/*.o
-	make --no-print-directory shim TORCH="$TORCH" >/dev/null
-	(cd "$OLD" && rm -f bin/libdllmtorch.so build/*.o && make --no-print-directory shim TORCH="$TORCH" >/dev/null)
+	make -j8 --no-print-directory shim TORCH="$TORCH" >/dev/null
+	(cd "$OLD" && rm -f bin/libdllmtorch.so build/*.o && make -j8 --no-print-directory shim TORCH="$TORCH" >/dev/null)
 	RES=${OUT:-/tmp}/ab.jsonl
 	: >"$RES"
 	for round in $(seq "${ROUNDS:-2}"); do

@@ -34,7 +34,7 @@ else
 	echo "torch wheel: $TORCH"
 	t0=$(date +%s%N)
 	rm -f bin/libdllmtorch.so
-	make --no-print-directory shim TORCH="$TORCH" || exit 1
+	make -j8 --no-print-directory shim TORCH="$TORCH" || exit 1
 	echo "shim build: $(( ($(date +%s%N) - t0) / 1000000 )) ms"
 	# Brought back so that a later call can skip the build (KEEP_SHIM=1).
 	[ -n "${OUT:-}" ] && cp bin/libdllmtorch.so "$OUT/"

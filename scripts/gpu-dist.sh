@@ -33,7 +33,7 @@ echo "torch wheel: $TORCH ($($PY -c 'import torch;print(torch.__version__)'))"
 [ "$(nvidia-smi -L | wc -l)" -ge 2 ] || { echo "gpu-dist: needs 2 GPUs" >&2; exit 1; }
 [ -x bin/dllm ] || { echo "gpu-dist: bin/dllm missing: build it with make dllm and copy it here" >&2; exit 1; }
 rm -f bin/libdllmtorch.so
-make --no-print-directory shim TORCH="$TORCH"
+make -j8 --no-print-directory shim TORCH="$TORCH"
 ver=$(bin/dllm version)
 echo "$ver"
 grep -q "nccl yes" <<<"$ver" || {

@@ -57,7 +57,7 @@ t=$(date +%s)
 ver=$(bin/dllm version 2>&1) || true
 grep -q '^cuda: [1-9]' <<<"$ver" || rm -f bin/libdllmtorch.so
 say "1/4 make shim TORCH=$TORCH (~20 s-2 min)"
-make --no-print-directory shim TORCH="$TORCH" >"$LOGS/shim.log" 2>&1 || {
+make -j8 --no-print-directory shim TORCH="$TORCH" >"$LOGS/shim.log" 2>&1 || {
 	tail -n 30 "$LOGS/shim.log"
 	die "make shim (log: $LOGS/shim.log)"
 }

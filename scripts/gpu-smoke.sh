@@ -10,7 +10,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 echo "torch wheel: $TORCH ($($PY -c 'import torch;print(torch.__version__)'))"
 t0=$(date +%s%N)
 rm -f bin/libdllmtorch.so
-make --no-print-directory shim TORCH="$TORCH"
+make -j8 --no-print-directory shim TORCH="$TORCH"
 t1=$(date +%s%N)
 echo "shim build: $(( (t1 - t0) / 1000000 )) ms"
 t0=$(date +%s%N)

@@ -49,7 +49,7 @@ if [ "${KEEP_SHIM:-0}" = 1 ] && [ -e bin/libdllmtorch.so ]; then
 else
 	TORCH=$($PY -c 'import torch,os;print(os.path.dirname(torch.__file__))') || exit 1
 	rm -f bin/libdllmtorch.so build/*.o
-	make --no-print-directory shim TORCH="$TORCH" >/dev/null || exit 1
+	make -j8 --no-print-directory shim TORCH="$TORCH" >/dev/null || exit 1
 	[ -n "${OUT:-}" ] && cp bin/libdllmtorch.so "$OUT/"
 fi
 # Probes of the shim's own kernels against PyTorch (PROBES="" skips); a

@@ -19,7 +19,7 @@ TORCH=$($PY -c 'import torch,os;print(os.path.dirname(torch.__file__))')
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 echo "torch wheel: $TORCH ($($PY -c 'import torch;print(torch.__version__)'))"
 [ "${KEEP_SHIM:-0}" = 1 ] || rm -f bin/libdllmtorch.so
-make --no-print-directory shim TORCH="$TORCH"
+make -j8 --no-print-directory shim TORCH="$TORCH"
 [ -x bin/dllm ] || make --no-print-directory dllm
 bin/dllm version
 OUT=$(mktemp -d)/gpu-train
