@@ -8,7 +8,7 @@
 # must send; or pass --api-key-file FILE). Without a model it serves, in this
 # order: models/default in this repository, $DLLM_HOME/default, else the
 # built-in demo model: models/demo (a small diffusion model trained on
-# arithmetic drills, docs/proxy.md), or without it the tiny random test model
+# the proxy's synthetic tasks, docs/proxy.md), or without it the tiny random test model
 # (it answers gibberish, but answers).
 #
 # It needs no network. It uses bin/dllm and bin/libdllmtorch.so as they are;
@@ -146,9 +146,9 @@ fi
 [ -e "$MODEL/config.json" ] || die "'$MODEL' is not a model directory (no config.json)" 2
 [ -e "$MODEL/dllm.json" ] || die "'$MODEL' has no dllm.json: it is not a dllm model. Convert a HuggingFace checkpoint first: bin/dllm convert --from '$MODEL' --out DIR" 2
 if [ "$DEMO" = trained ]; then
-	say "serving the built-in DEMO model (models/demo: 328k parameters, trained only on arithmetic and"
-	say "toy-program drills; ask it e.g. 'What is 913+770?'). Give a real one with --model DIR or DLLM_MODEL,"
-	say "or install it at models/default"
+	say "serving the built-in DEMO model (models/demo: 0.92M parameters, trained only on sums, sorting, shop"
+	say "ledgers, word problems and small Python functions; ask it e.g. 'Sort in ascending order: 6, 5, 74, 94')."
+	say "Give a real one with --model DIR or DLLM_MODEL, or install it at models/default"
 fi
 if [ "$DEMO" = yes ]; then
 	say "serving the DEMO model (tiny, random weights: its text is gibberish)."

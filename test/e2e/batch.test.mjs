@@ -21,9 +21,11 @@ const client = new OpenAI({ baseURL, apiKey: 'unused', maxRetries: 0, timeout: 1
 // Questions in the proxy's formats, of different lengths, so that the
 // sequences finish at different steps and others join mid-run.
 const questions = [
-  'What is 900+343?', 'What is 183*9?', 'Which is largest?\nA) 57\nB) 40\nC) 17\nD) 11',
-  'a=26\nb=a-4\nc=b+5\nd=c+5\nWhat is d?', 'What is 47+8?', 'a=84\nb=a+8\nWhat is b?',
-  'Which is smallest?\nA) 48\nB) 50\nC) 30\nD) 10', 'What is 237*9?',
+  'What is 423+801?', 'Sort in ascending order: 6, 5, 74, 94', 'What is 9+5?',
+  'A shop has 56 pears.\nDay 1: it sells 11.\nDay 2: it gets 15 more.\nDay 3: it gets 54 more.\nDay 4: it sells 11.\nHow many pears does it have after day 4?',
+  'Ava has 148 books and Eva has 85 books. How many more books does Ava have than Eva?',
+  'Write a Python function f(n) that starts from n, doubles it, subtracts 6, then multiplies it by 6, and returns the result.',
+  'Sort in descending order: 55, 34, 7', 'Sam has 59 books. He buys 8 bags with 15 books in each bag. How many books does Sam have now?',
 ];
 
 const whole = (content, max_tokens, sampling = { temperature: 0 }) =>
