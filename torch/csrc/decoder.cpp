@@ -1167,7 +1167,7 @@ dt_err dt_decoder_new(dt_tensor embed, dt_tensor norm, dt_tensor head, const dt_
     auto st = d->embed.scalar_type();
     d->flash = cuda && (st == at::kBFloat16 || st == at::kHalf) && d->D % 8 == 0 && d->D <= 256;
 #ifdef DLLM_KERNELS
-    d->kernels = cuda && (st == at::kBFloat16 || st == at::kHalf) && d->D % 2 == 0 && d->D <= 2048 &&
+    d->kernels = cuda && (st == at::kBFloat16 || st == at::kHalf) && d->D % 16 == 0 && d->D <= 2048 &&
                  d->cos.is_contiguous() && d->cos.scalar_type() == st;
     if (d->kernels) d->post_bar = at::zeros({DTK_TMA_POST_SYNC / 8}, d->embed.options().dtype(at::kLong));
     d->attn = d->kernels && d->flash && d->D == 128;

@@ -86,85 +86,105 @@ template <typename T> __device__ inline float inv_rms(const T *x, int C, float e
 
 constexpr int kRopeParts = DTK_TMA_POST_QPARTS; // dtk_rope_qkv's parts at most: the persistent kernel's
 
-// Grid (T, heads / (blockDim / (D/2))): each block takes token t and
-// blockDim / (D/2) consecutive heads of the fused output, D/2 threads a
-// head, each rotating the pair (i, i + D/2). NORM: qkv is the projection of
-// x itself, not of its RMSNorm (the norm's weight is folded into the
-// projection's columns, see dtk_rope_qkv), so each value is first scaled by
-// x_t's inverse RMS and rounded, which is what the projection of the
-// normalised row gives up to rounding. With ks (and vs): token t's key
+// Grid (T, heads / hb): each block takes token t and hb consecutive heads
+// of the fused output, D / (2E) threads a head (E values in 16 bytes),
+// thread j of a head rotating the E pairs (i, i + D/2) from i = j E on, 16
+// bytes a load and a store: a batched forward's 1,024 tokens in one wave
+// with one read of x's row a token, where a thread a pair and five blocks
+// a token (each reading x) took 25 us a layer (H100). NORM: qkv is the
+// projection of x itself, not of its RMSNorm (the norm's weight is folded
+// into the projection's columns, see dtk_rope_qkv), so each value is first
+// scaled by x_t's inverse RMS and rounded, which is what the projection of
+// the normalised row gives up to rounding. With ks (and vs): token t's key
 // and value go to row t of those (T, Hkv, D) instead, and their cache rows
 // are zeroed (the decoder's cuDNN path for a fused commit). With rows,
 // token t's key and value go to cache row rows[t] instead of pos[t] (a
-// batched forward's sequence slots).
+// batched forward's sequence slots). Threads past hb heads (blockDim is
+// whole warps, for block_sum) and heads past the last only join the sum.
 template <typename T, bool NORM>
 __global__ void rope_qkv_kernel(const T *qkv, const T *cos, const T *sin, const int64_t *pos, const int64_t *rows,
-                                T *q, T *kc, T *vc,
-                                int64_t H, int64_t Hkv, int64_t D, const T *x, int C, float eps, bool fold, T *ks,
-                                T *vs, const float *parts, int nparts) {
-  const int64_t t = blockIdx.x, half = D / 2, i = threadIdx.x % half;
-  const int64_t h = int64_t(blockIdx.y) * (blockDim.x / half) + threadIdx.x / half;
-  const bool spare = h >= H + 2 * Hkv, value = !spare && h >= H + Hkv; // spare: the last block's extra heads
+                                T *q, T *kc, T *vc, int64_t H, int64_t Hkv, int64_t D, const T *x, int C, float eps,
+                                bool fold, T *ks, T *vs, const float *parts, int nparts, int hb) {
+  constexpr int E = 16 / sizeof(T);
+  using V = uint4; // E values of T
+  const int64_t t = blockIdx.x, half = D / 2, tph = half / E;
+  const int64_t h = int64_t(blockIdx.y) * hb + threadIdx.x / tph, i = threadIdx.x % tph * E;
+  const bool spare = threadIdx.x >= hb * tph || h >= H + 2 * Hkv, value = !spare && h >= H + Hkv;
+  auto ld = [](const T *p) { return *reinterpret_cast<const V *>(p); };
+  auto el = [](const V &v, int e) { return f32(reinterpret_cast<const T *>(&v)[e]); };
   // The positions (written when the forward starts, several kernels back:
   // see attn_decode_kernel) and the tables are read before the wait; x (the
   // input of the projection just before) only after it: a TMA GEMM lets
   // this kernel launch before its own wait, so x's writer, the kernel
   // before that, may still be running (the persistent kernel's last CTAs).
   int64_t p = 0, row = 0;
-  float c1 = 0, c2 = 0, s1 = 0, s2 = 0;
+  V c1 = {}, c2 = {}, s1 = {}, s2 = {};
   if (!spare) {
     p = pos[t];
     row = rows ? rows[t] : p;
     if (!value) {
-      const T *c = cos + p * D, *s = sin + p * D;
-      c1 = f32(c[i]), c2 = f32(c[i + half]), s1 = f32(s[i]), s2 = f32(s[i + half]);
+      const T *c = cos + p * D + i, *s = sin + p * D + i;
+      c1 = ld(c), c2 = ld(c + half), s1 = ld(s), s2 = ld(s + half);
     }
   }
   dep_wait();
   dep_launch();
-  // The projection's two values this thread takes, loaded before x's sum
-  // of squares so that the loads overlap. From parts: their sum in order,
+  // The projection's values this thread takes, loaded before x's sum of
+  // squares so that the loads overlap. From parts: their sum in order,
   // rounded, as the split-K GEMM's cluster sums them.
-  float v1 = 0, v2 = 0;
+  float v1[E] = {}, v2[E] = {};
   if (!spare) {
     if (parts) {
       const int64_t N = (H + 2 * Hkv) * D, T_ = gridDim.x;
-      const float *p0 = parts + t * N + h * D;
-      float a1[kRopeParts], a2[kRopeParts];
+      const float *p0 = parts + t * N + h * D + i;
 #pragma unroll
-      for (int q = 0; q < kRopeParts; q++)
-        if (q < nparts) a1[q] = __ldcg(p0 + q * T_ * N + i), a2[q] = __ldcg(p0 + q * T_ * N + i + half);
+      for (int k = 0; k < kRopeParts; k++)
+        if (k < nparts)
 #pragma unroll
-      for (int q = 0; q < kRopeParts; q++)
-        if (q < nparts) v1 += a1[q], v2 += a2[q];
-      v1 = round<T>(v1), v2 = round<T>(v2);
+          for (int f = 0; f < E / 4; f++) {
+            const float4 b1 = __ldcg(reinterpret_cast<const float4 *>(p0 + k * T_ * N) + f),
+                         b2 = __ldcg(reinterpret_cast<const float4 *>(p0 + k * T_ * N + half) + f);
+            v1[4 * f] += b1.x, v1[4 * f + 1] += b1.y, v1[4 * f + 2] += b1.z, v1[4 * f + 3] += b1.w;
+            v2[4 * f] += b2.x, v2[4 * f + 1] += b2.y, v2[4 * f + 2] += b2.z, v2[4 * f + 3] += b2.w;
+          }
+#pragma unroll
+      for (int e = 0; e < E; e++) v1[e] = round<T>(v1[e]), v2[e] = round<T>(v2[e]);
     } else {
-      const T *src = qkv + (t * (H + 2 * Hkv) + h) * D;
-      v1 = f32(src[i]), v2 = f32(src[i + half]);
+      const T *src = qkv + (t * (H + 2 * Hkv) + h) * D + i;
+      V w1 = ld(src), w2 = ld(src + half);
+#pragma unroll
+      for (int e = 0; e < E; e++) v1[e] = el(w1, e), v2[e] = el(w2, e);
     }
   }
   const float r = NORM ? inv_rms(x + t * C, C, eps) : 1.0f; // every thread: block_sum's barriers
   if (spare) return;
-  auto scaled = [&](float v) { return NORM ? round<T>(v * r) : v; };
-  const float in1 = scaled(v1), in2 = scaled(v2);
+  if (NORM) {
+#pragma unroll
+    for (int e = 0; e < E; e++) v1[e] = round<T>(v1[e] * r), v2[e] = round<T>(v2[e] * r);
+  }
   // A key or value head's cache row, and where the head goes.
   const int64_t kv = value ? h - H - Hkv : h - H;
-  T *cache = h < H ? nullptr : (value ? vc : kc) + (row * Hkv + kv) * D;
+  T *cache = h < H ? nullptr : (value ? vc : kc) + (row * Hkv + kv) * D + i;
   T *side = h < H ? nullptr : value ? vs : ks;
+  V o1, o2;
+  T *e1 = reinterpret_cast<T *>(&o1), *e2 = reinterpret_cast<T *>(&o2);
   if (value) { // copied as is
-    T *dst = side ? side + (t * Hkv + kv) * D : cache;
-    dst[i] = cast<T>(in1);
-    dst[i + half] = cast<T>(in2);
-    if (side) cache[i] = cache[i + half] = cast<T>(0.0f);
-    return;
+#pragma unroll
+    for (int e = 0; e < E; e++) e1[e] = cast<T>(v1[e]), e2[e] = cast<T>(v2[e]);
+  } else {
+    // x*cos + rotate_half(x)*sin with x = (v1, v2), rotate_half(x) = (-v2, v1).
+#pragma unroll
+    for (int e = 0; e < E; e++) {
+      e1[e] = cast<T>(round<T>(v1[e] * el(c1, e)) + round<T>(-v2[e] * el(s1, e)));
+      e2[e] = cast<T>(round<T>(v2[e] * el(c2, e)) + round<T>(v1[e] * el(s2, e)));
+    }
   }
   // Folded: key head h / G's row t G + h % G, as the cuDNN path reads q.
   const int64_t G = H / Hkv, qrow = fold ? (h / G * gridDim.x + t) * G + h % G : t * H + h;
-  T *dst = h < H ? q + qrow * D : side ? side + (t * Hkv + kv) * D : cache;
-  // x*cos + rotate_half(x)*sin with x = (in1, in2), rotate_half(x) = (-in2, in1).
-  dst[i] = cast<T>(round<T>(in1 * c1) + round<T>(-in2 * s1));
-  dst[i + half] = cast<T>(round<T>(in2 * c2) + round<T>(in1 * s2));
-  if (h >= H && side) cache[i] = cache[i + half] = cast<T>(0.0f);
+  T *dst = h < H ? q + qrow * D + i : side ? side + (t * Hkv + kv) * D + i : cache;
+  *reinterpret_cast<V *>(dst) = o1;
+  *reinterpret_cast<V *>(dst + half) = o2;
+  if (side) *reinterpret_cast<V *>(cache) = *reinterpret_cast<V *>(cache + half) = V{};
 }
 
 // silu_mul_vec_kernel is silu_mul_kernel 16 bytes at a time (F % 8 == 0).
@@ -210,10 +230,13 @@ __global__ void silu_mul_norm_kernel(const T *gu, T *out, int64_t F, const T *x,
   const int64_t t = blockIdx.x, fc = F / E, j = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
   dep_wait();
   dep_launch();
-  const float r = inv_rms(x + t * C, C, eps); // after the wait, as in rope_qkv_kernel
-  if (j >= fc) return;
+  // Gate and up are loaded before x's sum of squares, so that the loads
+  // overlap (x after the wait, as in rope_qkv_kernel).
   const uint4 *g4 = reinterpret_cast<const uint4 *>(gu) + t * 2 * fc;
-  uint4 gv = g4[j], uv = g4[fc + j], y;
+  uint4 gv = {}, uv = {}, y;
+  if (j < fc) gv = g4[j], uv = g4[fc + j];
+  const float r = inv_rms(x + t * C, C, eps);
+  if (j >= fc) return;
   const T *ge = reinterpret_cast<const T *>(&gv), *ue = reinterpret_cast<const T *>(&uv);
   T *ye = reinterpret_cast<T *>(&y);
 #pragma unroll
@@ -374,21 +397,16 @@ template <typename T>
 int rope_qkv(const void *qkv, const void *cos, const void *sin, const int64_t *pos, const int64_t *rows, void *q,
              void *kc, void *vc, int64_t Tn, int64_t H, int64_t Hkv, int64_t D, const void *x, int64_t C, float eps, bool fold, void *ks,
              void *vs, const float *parts, int nparts, cudaStream_t s) {
-  if (!x) {
-    dim3 grid(Tn, H + 2 * Hkv);
-    return launch(rope_qkv_kernel<T, false>, grid, static_cast<unsigned>(D / 2), 0, s, static_cast<const T *>(qkv),
-                  static_cast<const T *>(cos), static_cast<const T *>(sin), pos, rows, static_cast<T *>(q),
-                  static_cast<T *>(kc), static_cast<T *>(vc), H, Hkv, D, static_cast<const T *>(nullptr), 0, eps,
-                  fold, static_cast<T *>(ks), static_cast<T *>(vs), parts, nparts);
-  }
-  // Several heads a block, so that fewer blocks each read x's row.
-  int64_t hb = D / 2 >= 256 ? 1 : 256 / (D / 2), heads = H + 2 * Hkv;
-  dim3 grid(Tn, (heads + hb - 1) / hb);
-  return launch(rope_qkv_kernel<T, true>, grid, static_cast<unsigned>(hb * (D / 2)), 0, s,
-                static_cast<const T *>(qkv), static_cast<const T *>(cos), static_cast<const T *>(sin), pos, rows,
-                static_cast<T *>(q), static_cast<T *>(kc), static_cast<T *>(vc), H, Hkv, D,
-                static_cast<const T *>(x), static_cast<int>(C), eps, fold, static_cast<T *>(ks), static_cast<T *>(vs),
-                parts, nparts);
+  // All heads of a token in one block where they fit 1,024 threads.
+  constexpr int E = 16 / sizeof(T);
+  const int64_t tph = D / 2 / E, heads = H + 2 * Hkv, hb = heads * tph <= 1024 ? heads : 1024 / tph;
+  const dim3 grid(static_cast<unsigned>(Tn), static_cast<unsigned>((heads + hb - 1) / hb));
+  const unsigned threads = static_cast<unsigned>((hb * tph + 31) / 32 * 32);
+  auto kernel = x ? rope_qkv_kernel<T, true> : rope_qkv_kernel<T, false>;
+  return launch(kernel, grid, threads, 0, s, static_cast<const T *>(qkv), static_cast<const T *>(cos),
+                static_cast<const T *>(sin), pos, rows, static_cast<T *>(q), static_cast<T *>(kc),
+                static_cast<T *>(vc), H, Hkv, D, static_cast<const T *>(x), static_cast<int>(C), eps, fold,
+                static_cast<T *>(ks), static_cast<T *>(vs), parts, nparts, static_cast<int>(hb));
 }
 
 template <typename T>
@@ -626,8 +644,11 @@ int dtk_rope_qkv(int dtype, const void *qkv, const void *cos, const void *sin, c
                  const int64_t *rows, void *q, void *kcache, void *vcache, int64_t T, int64_t H, int64_t Hkv, int64_t D, const void *x, int64_t C,
                  float eps, int fold_q, void *kside, void *vside, const float *parts, int nparts, void *stream) {
   auto s = static_cast<cudaStream_t>(stream);
-  if (D % 2 != 0 || D / 2 > 1024 || (x && !x_ok(x, C, dtype)) || Hkv < 1 || H % Hkv != 0 || !kside != !vside ||
-      (parts && (nparts < 1 || nparts > kRopeParts)) || (!parts && !qkv))
+  auto misaligned = [](const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15) != 0; };
+  if (D % 16 != 0 || D > 16384 || (x && !x_ok(x, C, dtype)) || Hkv < 1 || H % Hkv != 0 || !kside != !vside ||
+      (parts && (nparts < 1 || nparts > kRopeParts)) || (!parts && !qkv) || misaligned(qkv) || misaligned(cos) ||
+      misaligned(sin) || misaligned(q) || misaligned(kcache) || misaligned(vcache) || misaligned(kside) ||
+      misaligned(vside) || misaligned(parts))
     return cudaErrorInvalidValue;
   if (dtype == kBF16)
     return rope_qkv<__nv_bfloat16>(qkv, cos, sin, pos, rows, q, kcache, vcache, T, H, Hkv, D, x, C, eps, fold_q != 0,

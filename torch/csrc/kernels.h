@@ -19,7 +19,8 @@ int dtk_rms_norm(int dtype, const void *x, const void *w, void *out, int64_t row
 // From qkv (T, (H+2Hkv)D), the output of the fused projection: q (T, H, D)
 // with RoPE; keys with RoPE and values written to the caches (Max, Hkv, D)
 // at rows pos[t]. cos and sin (Max, D) are the tables in the dtype; the
-// arithmetic rounds where HF's x*cos + rotate_half(x)*sin does.
+// arithmetic rounds where HF's x*cos + rotate_half(x)*sin does. D % 16 ==
+// 0 and every pointer 16-byte aligned: the kernel moves 16 bytes at a time.
 // Given x (T, C), not null: qkv is the projection of x by weights with an
 // RMSNorm's weight folded into their columns (W diag(w)), so every value is
 // first scaled by x_t's 1 / sqrt(mean(x_t^2) + eps) and rounded: the
