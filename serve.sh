@@ -8,8 +8,8 @@
 # must send; or pass --api-key-file FILE). Without a model it serves, in this
 # order: models/default in this repository, $DLLM_HOME/default, else the
 # built-in demo model: models/demo (a small diffusion model trained on
-# the proxy's synthetic tasks, docs/proxy.md), or without it the tiny random test model
-# (it answers gibberish, but answers).
+# the proxy's synthetic tasks, docs/proxy.md), or without it the tiny
+# random test model (it answers gibberish, but answers).
 #
 # It needs no network. It uses bin/dllm and bin/libdllmtorch.so as they are;
 # only when one is missing (or, with a GPU present, the shim cannot use it)
