@@ -2,7 +2,7 @@
 # The GPU-size proxy over seeds (scripts/proxy-seeds.sh, docs/proxy.md) in
 # parts that each fit one 10-minute call of a lent GPU machine, run back to
 # back on the same machine (each reuses the last one's out/; on an H100
-# they take about 595, 490 and 370 s):
+# they take about 560, 480 and 370 s):
 #
 #   scripts/gpu-proxy-seeds.sh a   # the shim, 3 teachers (at once), scored
 #   scripts/gpu-proxy-seeds.sh b   # 6 diffusion models at 20%, dev scores
