@@ -48,8 +48,8 @@ func TestE2E(t *testing.T) {
 
 // TestE2EDemo serves the built-in demo model (models/demo: the CPU proxy's
 // diffusion model, docs/proxy.md) as ./serve.sh does without a model and
-// runs test/e2e/demo.test.mjs: it answers held-out arithmetic and
-// program-tracing questions right, streamed and not, through the openai
+// runs test/e2e/demo.test.mjs: it answers held-out questions of the
+// proxy's five task families right, streamed and not, through the openai
 // client.
 func TestE2EDemo(t *testing.T) {
 	nodeTest := needNode(t)
