@@ -5,7 +5,7 @@
 //
 // The questions are from the proxy's held-out split (`dllm data synth
 // --tasks v2 --size cpu --seed 0`: never trained on), two per task family.
-// The model gets ~95% of that split right (docs/proxy.md), so the test
+// The model gets ~96% of that split right (docs/proxy.md), so the test
 // wants at least 9 of the 10 right: one flip from a CPU's different float
 // rounding does not fail it, a model that lost its skill does. A code
 // answer is right when it is the program the training data writes.
