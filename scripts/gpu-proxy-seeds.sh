@@ -1,30 +1,36 @@
 #!/usr/bin/env bash
 # The GPU-size proxy over seeds (scripts/proxy-seeds.sh, docs/proxy.md) in
 # parts that each fit one 10-minute call of a lent GPU machine, run back to
-# back on the same machine (each reuses the last one's out/; on an H100
-# they take about 560, 480 and 370 s):
+# back on the same machine (each reuses the last one's out/). Times on one
+# H100 with the presets' teachers (131M tokens each):
 #
-#   scripts/gpu-proxy-seeds.sh a   # the shim, 3 teachers (at once), scored
-#   scripts/gpu-proxy-seeds.sh b   # 6 diffusion models at 20%, dev scores
-#   scripts/gpu-proxy-seeds.sh c   # their held-out scores; 6 at 5%, dev scores
-#   RECIPE=cap DIFF_SET=confidence_loss_weight=1 scripts/gpu-proxy-seeds.sh l
-#                                  # after a: a training lever's 6 models at
-#                                  # 20%, dev and (time left) held-out scores
+#   SEEDS="0 1" scripts/gpu-proxy-seeds.sh a   # the shim, 2 teachers at once, scored (515 s)
+#   SEEDS=2 scripts/gpu-proxy-seeds.sh a       # the third (358 s)
+#   scripts/gpu-proxy-seeds.sh f   # 6 diffusion models at 5%, dev and held-out scores (234 s)
+#   SEEDS=0 scripts/gpu-proxy-seeds.sh b
+#                                  # diffusion models at 20% (26M tokens each:
+#                                  # one teacher's two a call), dev scores
+#   scripts/gpu-proxy-seeds.sh c   # after b for every seed: held-out scores
+#   RECIPE=cap DIFF_SET=confidence_loss_weight=1 SEEDS=0 scripts/gpu-proxy-seeds.sh l
+#                                  # a training lever's models at 20%, dev
+#                                  # and (time left) held-out scores
 #   SWEEP_MODES='eb={"verify":true,"error_budget":0.5}' SWEEP_THRESHOLDS="0.7 0.8" \
 #     scripts/gpu-proxy-seeds.sh s # after b: sampler levers on b's 20% models,
 #                                  # dev scores (as many as the call's time
 #                                  # allows; a later call goes on from there)
 #
 # Each diffusion model is scored in the sampler modes plain (threshold
-# alone) and verify, at THRESHOLDS (0.9). bin/dllm is built on the dev box
-# and carried; the shim is built here. Tables and results are copied to
-# $OUT (results.tgz) when it is set.
+# alone) and verify, at THRESHOLDS (0.9). SEEDS (0 1 2) are the teacher
+# seeds a part works on; CALL_S (570) the seconds a part may take before
+# its evals are cut short. bin/dllm is built on the dev box and carried;
+# the shim is built here. Tables and results are copied to $OUT
+# (results.tgz) when it is set.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-export SIZE=gpu TASKS=v2 SEEDS_OUT=out/seeds-gpu SEEDS="0 1 2" DIFF_SEEDS="1 2"
+export SIZE=gpu TASKS=v2 SEEDS_OUT=out/seeds-gpu SEEDS=${SEEDS:-0 1 2} DIFF_SEEDS="1 2"
 export MODES='plain={"verify":false} verify={"verify":true}' THRESHOLDS=${THRESHOLDS:-0.9}
 T0=$(date +%s)
-left() { echo $((570 - ($(date +%s) - T0))); }
+left() { echo $((${CALL_S:-570} - ($(date +%s) - T0))); }
 save() {
 	[ -n "${OUT:-}" ] || return 0
 	tar czf "$OUT/results.tgz" "$SEEDS_OUT"/results "$SEEDS_OUT"/summary.txt "$SEEDS_OUT"/*.out 2>/dev/null || true
@@ -37,7 +43,10 @@ case "${1:-}" in
 a)
 	STAGES=teachers JOBS=3 scripts/proxy-seeds.sh 2>&1 | tee "$SEEDS_OUT/a.out" | grep -v "^proxy-seeds: teacher seed"
 	for s in $SEEDS; do
-		bin/dllm eval summary "$SEEDS_OUT"/results/teacher-dev-t"$s".json | sed -n 1,7p
+		for split in dev heldout; do
+			echo "teacher seed $s, $split:"
+			bin/dllm eval summary "$SEEDS_OUT"/results/teacher-$split-t"$s".json | sed -n 1,7p
+		done
 	done
 	;;
 b)
@@ -46,13 +55,11 @@ b)
 	;;
 c)
 	BUDGETS=20 STAGES=heldout JOBS=12 timeout "$(left)" scripts/proxy-seeds.sh 2>&1 | tee "$SEEDS_OUT/c1.out" | tail -n 40
-	BUDGETS=5 STAGES=diffusion JOBS=6 timeout "$(left)" scripts/proxy-seeds.sh >"$SEEDS_OUT/c2.out" 2>&1
-	BUDGETS=5 STAGES=dev JOBS=12 timeout "$(left)" scripts/proxy-seeds.sh >"$SEEDS_OUT/c3.out" 2>&1
-	for m in plain verify; do
-		for th in $THRESHOLDS; do
-			echo "budget 5%, $m, threshold $th, dev (mean sd TPF worst runs): $(bin/dllm eval summary --brief "$SEEDS_OUT"/results/dev-b5-$m-$th-*.json)"
-		done
-	done
+	;;
+f)
+	BUDGETS=5 STAGES=diffusion JOBS=6 scripts/proxy-seeds.sh >"$SEEDS_OUT/f1.out" 2>&1
+	BUDGETS=5 STAGES=dev JOBS=12 timeout "$(left)" scripts/proxy-seeds.sh >"$SEEDS_OUT/f2.out" 2>&1
+	BUDGETS=5 STAGES=heldout JOBS=12 timeout "$(left)" scripts/proxy-seeds.sh 2>&1 | tee "$SEEDS_OUT/f3.out" | tail -n 40
 	;;
 s)
 	# One mode at a time over the 6 models (its thresholds in turn, 12
@@ -84,7 +91,7 @@ l)
 	BUDGETS=20 STAGES=heldout JOBS=12 timeout "$(left)" scripts/proxy-seeds.sh 2>&1 | tee "$SEEDS_OUT/l3-$RECIPE.out" | tail -n 40
 	;;
 *)
-	echo "usage: $0 a|b|c|s|l" >&2
+	echo "usage: $0 a|b|c|f|s|l" >&2
 	exit 2
 	;;
 esac

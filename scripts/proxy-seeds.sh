@@ -21,8 +21,7 @@
 # Environment (and scripts/proxy.sh's: TEACHER_SET, DIFF_SET, TRAIN, ...):
 #   SEEDS            teacher seeds (0 1 2)
 #   DIFF_SEEDS       diffusion seeds per teacher (1 2)
-#   BUDGETS          diffusion budgets in percent of the teacher's tokens (20);
-#                    the presets' diffusion steps are 20%, scaled for others
+#   BUDGETS          diffusion budgets in percent of the teacher's tokens (20)
 #   THRESHOLDS       thresholds tried on dev (0.9 0.95 0.97 0.99); the
 #                    heldout stage chooses among all those scored on dev
 #   MODES            sampler modes, each scored at every threshold and given
@@ -63,11 +62,6 @@ PORT0=${PORT:-18400}
 say() { echo "proxy-seeds: $*" >&2; }
 [ "$TASKS" = v2 ] || { say "TASKS must be v2: the dev split is v2's"; exit 2; }
 has() { [[ " $STAGES " == *" $1 "* ]]; }
-CONF=configs/proxy
-[ "$SIZE" = gpu ] && CONF=configs/proxy/gpu
-PRESET=$CONF/diffusion-$TASKS.yaml
-[ -f "$PRESET" ] || PRESET=$CONF/diffusion.yaml
-STEPS20=$(sed -n 's/^steps: *\([0-9]*\).*/\1/p' "$PRESET")
 
 # job NAME VAR=VALUE...: runs scripts/proxy.sh with that environment in the
 # background, at most JOBS at once, each on its own pair of ports, its log
@@ -135,9 +129,11 @@ stage_time() { say "$1: $(($(date +%s) - $2)) s"; }
 # 1. Teachers, scored on both splits (they are not tuned on either).
 if has teachers; then
 	t=$(date +%s)
-	rm -rf "$BASE"
 	mkdir -p "$RES"
+	# Only these seeds' teachers are made again, so that a GPU call can
+	# train some teachers and the next one the rest.
 	for s in $SEEDS; do
+		rm -rf "${BASE:?}/t$s" "$BASE/t$s".log "$BASE/t$s"-*.log "$RES"/*-t"$s".json "$RES"/*-t"$s"-d*.json
 		say "teacher seed $s"
 		job "t$s" PROXY_OUT="$BASE/t$s" DIFF_RUN=none EVAL_ON="dev heldout" TEACHER_SET="seed=$s ${TEACHER_SET:-}"
 	done
@@ -154,9 +150,9 @@ mkdir -p "$RES"
 if has diffusion; then
 	t=$(date +%s)
 	while read -r s b d r; do
-		say "teacher seed $s: $r ($((STEPS20 * b / 20)) steps)"
+		say "teacher seed $s: $r"
 		job "t$s-$r" KEEP=1 PROXY_OUT="$BASE/t$s" DIFF_RUN="$r" EVAL_ON=none \
-			DIFF_SET="seed=$d steps=$((STEPS20 * b / 20)) ${DIFF_SET:-}"
+			BUDGET="$b" DIFF_SET="seed=$d ${DIFF_SET:-}"
 	done < <(runs)
 	jobs_wait
 	stage_time diffusion "$t"

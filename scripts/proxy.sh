@@ -1,32 +1,39 @@
 #!/usr/bin/env bash
 # The conversion proxy (docs/proxy.md), `make proxy`: does AR -> block
-# diffusion conversion keep the AR model's skill? On a 2-core CPU in about
-# a quarter of an hour:
+# diffusion conversion keep the AR model's skill?
 #
 #   1. synthetic reasoning tasks with exact answers (dllm data synth),
-#   2. a small AR teacher trained from random weights on them (objective ar),
+#   2. a small AR teacher trained from random weights on them (objective ar;
+#      ~105 minutes on a 2-core CPU for the second task set), or TEACHER,
 #   3. the teacher converted (mask = a padded embedding row, blocks of 8) and
-#      trained on as a block-diffusion model with at most 20% of its tokens,
+#      trained on as a block-diffusion model with BUDGET% of its tokens,
 #   4. both served by dllm serve (the teacher with blocks of 1: plain greedy
 #      AR decoding) and scored on the held-out split through the HTTP API
 #      with dllm eval; the diffusion model's normalised score is
 #      100*(acc - chance)/(teacher acc - chance) per task.
 #
-# Usage: scripts/proxy.sh   (or make proxy)
+# Usage: scripts/proxy.sh
+#        make proxy   (TASKS=v2 TEACHER=models/proxy-teacher BUDGET=5: ~30
+#                    minutes on two cores)
 #        SIZE=gpu scripts/proxy.sh   (the larger proxy, on one GPU: a
 #                    6.56M-parameter teacher, configs/proxy/gpu/, ~2 min)
 # Environment:
 #   SIZE             cpu (configs/proxy/, served on the CPU in f32) or gpu
 #                    (configs/proxy/gpu/, served with --device cuda in bf16)
 #   PROXY_OUT        work directory (out/proxy, or out/proxy-gpu for SIZE=gpu)
-#   TASKS            the task set: v1 (add, mul, mcq, trace: the recorded
-#                    results) or v2 (free widths, lists, long work, prose,
-#                    code, with a dev split and plain-text stories)
+#   TASKS            the task set: v2 (free widths, lists, long work, prose,
+#                    code, with a dev split and plain-text stories; the
+#                    default) or v1 (add, mul, mcq, trace: a quarter of an
+#                    hour on two cores, teacher included)
 #   TRAIN, HELDOUT   synthetic problems per task (6000, 100; TRAIN 24000 for v2
 #                    with SIZE=gpu); DEV (100) for v2
-#   TEXT             stories for v2's plain-text share (20000)
+#   TEXT             stories for v2's plain-text share (5000; 20000 with SIZE=gpu)
 #   MAX_TOKENS       the eval's max_tokens (320 for v1; v2: 512, 1536 with SIZE=gpu)
+#   TEACHER          a trained AR teacher to convert instead of training one
+#                    (models/proxy-teacher: the CPU size's on v2)
 #   TEACHER_SET      extra --set KEY=VALUE words for the teacher's training
+#   BUDGET           the diffusion training's tokens, in percent of the
+#                    teacher's (20; fractions too, at least one step)
 #   DIFF_SET         extra --set KEY=VALUE words for the diffusion training
 #   THRESHOLD        the diffusion model's denoising threshold (0.9; "" for dllm.json's);
 #                    several, space-separated, are each scored
@@ -57,12 +64,12 @@ gpu) CONF=configs/proxy/gpu OUT=${PROXY_OUT:-out/proxy-gpu} SERVE=(--device cuda
 	;;
 esac
 HELDOUT=${HELDOUT:-100}
-TASKS=${TASKS:-v1}
+TASKS=${TASKS:-v2}
 DIFF_RUN=${DIFF_RUN:-diffusion-run}
 case "$TASKS" in
 v1) DATA_CONF=configs/proxy/data.yaml SYNTH=() MAX_TOKENS=${MAX_TOKENS:-320} ;;
 v2)
-	DATA_CONF=$CONF/data-v2.yaml SYNTH=(--size "${SIZE:-cpu}" --dev "${DEV:-100}" --text "${TEXT:-20000}")
+	DATA_CONF=$CONF/data-v2.yaml SYNTH=(--size "${SIZE:-cpu}" --dev "${DEV:-100}" --text "${TEXT:-$([ "${SIZE:-cpu}" = gpu ] && echo 20000 || echo 5000)}")
 	# The GPU teacher reads 65M tokens: 6,000 problems a task made that
 	# four passes, in which short tasks (sort, sum) are a few percent of
 	# the tokens and were learnt worst; 24,000 make it about one pass.
@@ -75,6 +82,7 @@ v2)
 	;;
 esac
 TRAIN=${TRAIN:-6000}
+[[ "${BUDGET:-20}" =~ ^[0-9]*\.?[0-9]+$ ]] || { echo "proxy: BUDGET must be a percentage, not '$BUDGET'" >&2; exit 2; }
 PORT=${PORT:-18400}
 TOK=testdata/tiny-llama
 
@@ -125,14 +133,20 @@ if [ "${KEEP:-0}" = 0 ]; then
 	"$BIN" data prepare --config "$OUT/data.yaml" >&2
 	SECS[data]=$(($(stamp) - t))
 
-	# 2. The AR teacher, from random weights.
-	t=$(stamp)
-	mapfile -t extra < <(sets "${TEACHER_SET:-}")
-	"$BIN" train --config "$(preset teacher)" --model "$OUT/teacher-init" \
-		--data "$OUT/data" --out "$OUT/teacher-run" ${extra[@]+"${extra[@]}"} >&2
-	SECS[teacher]=$(($(stamp) - t))
+	# 2. The AR teacher, from random weights (unless one is given).
+	if [ -z "${TEACHER:-}" ]; then
+		t=$(stamp)
+		mapfile -t extra < <(sets "${TEACHER_SET:-}")
+		"$BIN" train --config "$(preset teacher)" --model "$OUT/teacher-init" \
+			--data "$OUT/data" --out "$OUT/teacher-run" ${extra[@]+"${extra[@]}"} >&2
+		SECS[teacher]=$(($(stamp) - t))
+	fi
 fi
-TEACHER=$(ls -d "$OUT"/teacher-run/model-step-* | tail -n 1)
+if [ -n "${TEACHER:-}" ]; then
+	[ -s "$TEACHER/train.json" ] || { say "TEACHER=$TEACHER: no trained model there (train.json)"; exit 2; }
+else
+	TEACHER=$(ls -d "$OUT"/teacher-run/model-step-* | tail -n 1)
+fi
 
 # 3. Convert: as the AR baseline (blocks of 1 with the shift: exactly greedy
 #    AR decoding) and as the start of diffusion training (blocks of 8).
@@ -144,8 +158,15 @@ done
 if [ "${KEEP:-0}" != 2 ] && [ "$DIFF_RUN" != none ]; then
 	t=$(stamp)
 	rm -rf "${OUT:?}/$DIFF_RUN"
-	mapfile -t extra < <(sets "${DIFF_SET:-}")
-	"$BIN" train --config "$(preset diffusion)" --model "$OUT/teacher-dllm" \
+	# BUDGET percent of the teacher's tokens, in steps of the preset's
+	# micro batches of seq_len tokens (DIFF_SET may still set steps).
+	field() { sed -n "s/^ *\"*$1\"*: *\([0-9]*\).*/\1/p" "$2" | head -n 1; }
+	dp=$(preset diffusion)
+	per_step=$(($(field micro_batch "$dp") * $(field grad_accum "$dp") * $(field seq_len "$OUT/data.yaml")))
+	steps=$(awk -v t="$(field tokens_seen "$TEACHER/train.json")" -v b="${BUDGET:-20}" -v n="$per_step" \
+		'BEGIN { s = int(t * b / 100 / n); print (s < 1 ? 1 : s) }')
+	mapfile -t extra < <(sets "steps=$steps ${DIFF_SET:-}")
+	"$BIN" train --config "$dp" --model "$OUT/teacher-dllm" \
 		--data "$OUT/data" --out "$OUT/$DIFF_RUN" ${extra[@]+"${extra[@]}"} >&2
 	SECS[diffusion]=$(($(stamp) - t))
 fi
@@ -177,7 +198,11 @@ serve_model() { # name model port
 score() { # port split result [eval options...]: one eval, table to RESULT.txt
 	local port=$1 split=$2 result=$3
 	shift 3
-	"$BIN" eval --server "http://127.0.0.1:$port" --tasks "$OUT/synth/$split.jsonl" --concurrency 1 \
+	# On a GPU the eval fills the server's batch (its max_num_seqs); the
+	# CPU server generates one reply at a time.
+	local conc=()
+	[ "${SIZE:-cpu}" = gpu ] || conc=(--concurrency 1)
+	"$BIN" eval --server "http://127.0.0.1:$port" --tasks "$OUT/synth/$split.jsonl" ${conc[@]+"${conc[@]}"} \
 		--max-tokens "$MAX_TOKENS" --temperature 0 --out "$OUT/$result.json" "$@" | tee "$OUT/$result.txt"
 }
 # The teacher's results are named teacher-SPLIT, the diffusion model's

@@ -19,28 +19,7 @@ import (
 // eval) into a temporary work directory, then runs it again and expects
 // every stage to be skipped as done. It builds bin/dllm with make first.
 func TestRecipeRehearsal(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short")
-	}
-	for _, tool := range []string{"bash", "curl", "make"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s is not installed", tool)
-		}
-	}
-	root, err := filepath.Abs("..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(root, "bin", "libdllmtorch.so")); err != nil {
-		t.Skip("no libtorch shim (make shim)")
-	}
-	// The script uses bin/dllm as it finds it: make it current (the shim's
-	// ABI may have moved on since it was built).
-	mk := exec.Command("make", "--no-print-directory", "dllm")
-	mk.Dir = root
-	if b, err := mk.CombinedOutput(); err != nil {
-		t.Fatalf("make dllm: %v\n%s", err, b)
-	}
+	root := scriptRoot(t, "curl")
 	out := t.TempDir()
 	run := func(args ...string) string {
 		t.Helper()

@@ -1,0 +1,90 @@
+package scripts
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"testing"
+	"time"
+)
+
+// TestProxyShippedTeacher runs `make proxy`'s path of scripts/proxy.sh in
+// miniature: the second task set's data (a few problems per task), the
+// shipped CPU teacher (models/proxy-teacher) converted instead of trained,
+// a diffusion run whose steps come from BUDGET and the teacher's token
+// count, and both models scored on the held-out split. The shipped
+// teacher must still know the tasks.
+func TestProxyShippedTeacher(t *testing.T) {
+	root := scriptRoot(t, "curl", "awk")
+	out := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "scripts/proxy.sh")
+	cmd.Dir = root
+	// 0.05% of the teacher's 52.4M tokens is 6 steps of 16 x 256.
+	cmd.Env = append(os.Environ(), "TASKS=v2", "TEACHER=models/proxy-teacher", "BUDGET=0.05",
+		"TRAIN=200", "DEV=10", "HELDOUT=10", "TEXT=50", "PROXY_OUT="+out, "PORT="+freePorts(t))
+	b, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("proxy.sh: %v\n%s", err, b)
+	}
+	log := string(b)
+	if !regexp.MustCompile(`train: block objective, 6 steps from 0`).MatchString(log) {
+		t.Errorf("the diffusion run is not BUDGET's 6 steps:\n%s", log)
+	}
+	if regexp.MustCompile(`train: ar objective`).MatchString(log) {
+		t.Errorf("a teacher was trained although TEACHER was given:\n%s", log)
+	}
+	if !regexp.MustCompile(`proxy: teacher 52428800 tokens, diffusion 24576 tokens`).MatchString(log) {
+		t.Errorf("the summary does not give the shipped teacher's and BUDGET's tokens:\n%s", log)
+	}
+	for _, f := range []string{"teacher-heldout.json", "diffusion-heldout.json"} {
+		var r struct {
+			Overall struct {
+				N        int     `json:"n"`
+				Accuracy float64 `json:"accuracy"`
+			} `json:"overall"`
+		}
+		raw, err := os.ReadFile(filepath.Join(out, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(raw, &r); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		if r.Overall.N != 50 {
+			t.Errorf("%s scored %d questions, want 50 (10 per task)", f, r.Overall.N)
+		}
+		// The shipped teacher knows every family at 0.91-1.00 (docs/proxy.md).
+		if f == "teacher-heldout.json" && r.Overall.Accuracy < 0.8 {
+			t.Errorf("the shipped teacher answers %.2f of the held-out questions, want at least 0.8", r.Overall.Accuracy)
+		}
+	}
+}
+
+// freePorts returns the first of two consecutive free local ports
+// (scripts/proxy.sh serves the teacher on PORT and the diffusion model on
+// PORT+1).
+func freePorts(t *testing.T) string {
+	t.Helper()
+	for range 50 {
+		a, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := a.Addr().(*net.TCPAddr).Port
+		b, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p+1))
+		a.Close()
+		if err == nil {
+			b.Close()
+			return fmt.Sprint(p)
+		}
+	}
+	t.Fatal("no two consecutive free ports")
+	return ""
+}
