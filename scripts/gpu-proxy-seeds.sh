@@ -4,8 +4,9 @@
 # back on the same machine (each reuses the last one's out/). Times on one
 # H100 with the presets' teachers (131M tokens each):
 #
-#   SEEDS="0 1" scripts/gpu-proxy-seeds.sh a   # the shim, 2 teachers at once, scored (515 s)
-#   SEEDS=2 scripts/gpu-proxy-seeds.sh a       # the third (358 s)
+#   scripts/gpu-proxy-seeds.sh a   # the shim, 3 teachers at once, scored; stopped
+#                                  # at a checkpoint when the call's time runs out
+#   scripts/gpu-proxy-seeds.sh r   # after a stopped a: the teachers finished, scored
 #   scripts/gpu-proxy-seeds.sh f   # 6 diffusion models at 5%, dev and held-out scores (234 s)
 #   SEEDS=0 scripts/gpu-proxy-seeds.sh b
 #                                  # diffusion models at 20% (26M tokens each:
@@ -40,12 +41,22 @@ nvidia-smi --query-gpu=name,memory.used --format=csv,noheader
 bin/dllm version 2>&1 | grep -q "^cuda: [1-9]" || scripts/gpu-smoke.sh 2>&1 | grep -E "shim build|^cuda:|smoke"
 mkdir -p "$SEEDS_OUT"
 case "${1:-}" in
-a)
-	STAGES=teachers JOBS=3 scripts/proxy-seeds.sh 2>&1 | tee "$SEEDS_OUT/a.out" | grep -v "^proxy-seeds: teacher seed"
+a | r)
+	# Training that would outrun the call is stopped (SIGTERM: each dllm
+	# train checkpoints its step) and part r goes on from there.
+	resume=0
+	[ "$1" = r ] && resume=1
+	if ! RESUME=$resume STAGES=teachers JOBS=3 timeout "$(($(left) - 15))" scripts/proxy-seeds.sh 2>&1 |
+		tee "$SEEDS_OUT/$1.out" | grep -v "^proxy-seeds: teacher seed"; then
+		for _ in $(seq 30); do pgrep -f "dllm train" >/dev/null || break; sleep 1; done
+		echo "the teachers were stopped at the call's limit; part r finishes them"
+	fi
 	for s in $SEEDS; do
 		for split in dev heldout; do
+			f=$SEEDS_OUT/results/teacher-$split-t$s.json
+			[ -e "$f" ] || continue
 			echo "teacher seed $s, $split:"
-			bin/dllm eval summary "$SEEDS_OUT"/results/teacher-$split-t"$s".json | sed -n 1,7p
+			bin/dllm eval summary "$f" | sed -n 1,7p
 		done
 	done
 	;;
@@ -91,7 +102,7 @@ l)
 	BUDGETS=20 STAGES=heldout JOBS=12 timeout "$(left)" scripts/proxy-seeds.sh 2>&1 | tee "$SEEDS_OUT/l3-$RECIPE.out" | tail -n 40
 	;;
 *)
-	echo "usage: $0 a|b|c|f|s|l" >&2
+	echo "usage: $0 a|r|b|c|f|s|l" >&2
 	exit 2
 	;;
 esac

@@ -34,6 +34,8 @@
 #                    cap with DIFF_SET=confidence_loss_weight=1): its runs and
 #                    results are named with it, beside the presets' (unnamed)
 #   JOBS             runs at once (1)
+#   RESUME=1         the teachers stage finishes the teachers of an earlier,
+#                    stopped call (their training goes on from its checkpoint)
 #   STAGES           the stages to run, of "teachers diffusion dev heldout"
 #                    (all); a later stage reuses an earlier call's output
 #   SEEDS_OUT        work directory (out/proxy-seeds[-gpu]); logs in it,
@@ -131,11 +133,16 @@ if has teachers; then
 	t=$(date +%s)
 	mkdir -p "$RES"
 	# Only these seeds' teachers are made again, so that a GPU call can
-	# train some teachers and the next one the rest.
+	# train some teachers and the next one the rest; with RESUME=1 they go
+	# on from where a stopped call left them.
 	for s in $SEEDS; do
-		rm -rf "${BASE:?}/t$s" "$BASE/t$s".log "$BASE/t$s"-*.log "$RES"/*-t"$s".json "$RES"/*-t"$s"-d*.json
+		keep=1
+		if [ "${RESUME:-0}" = 0 ]; then
+			rm -rf "${BASE:?}/t$s" "$BASE/t$s".log "$BASE/t$s"-*.log "$RES"/*-t"$s".json "$RES"/*-t"$s"-d*.json
+			keep=0
+		fi
 		say "teacher seed $s"
-		job "t$s" PROXY_OUT="$BASE/t$s" DIFF_RUN=none EVAL_ON="dev heldout" TEACHER_SET="seed=$s ${TEACHER_SET:-}"
+		job "t$s" KEEP=$keep PROXY_OUT="$BASE/t$s" DIFF_RUN=none EVAL_ON="dev heldout" TEACHER_SET="seed=$s ${TEACHER_SET:-}"
 	done
 	jobs_wait
 	for s in $SEEDS; do

@@ -45,7 +45,8 @@
 #                    none: the teacher alone (trained, converted, scored)
 #   KEEP=1           reuse the data and teacher of an earlier run in PROXY_OUT
 #                    (only the diffusion stage and the evals run again; the
-#                    teacher's results are reused where they exist)
+#                    teacher's results are reused where they exist); a
+#                    teacher whose training was stopped is finished first
 #   KEEP=2           reuse the diffusion model too (only the evals run again)
 #   EVAL_EXTRA       a JSON object merged into the diffusion model's requests
 #                    (dllm eval --extra), e.g. {"verify":true}
@@ -132,15 +133,19 @@ if [ "${KEEP:-0}" = 0 ]; then
 	sed "s#out/proxy/#$OUT/#g" "$DATA_CONF" >"$OUT/data.yaml"
 	"$BIN" data prepare --config "$OUT/data.yaml" >&2
 	SECS[data]=$(($(stamp) - t))
+fi
 
-	# 2. The AR teacher, from random weights (unless one is given).
-	if [ -z "${TEACHER:-}" ]; then
-		t=$(stamp)
-		mapfile -t extra < <(sets "${TEACHER_SET:-}")
-		"$BIN" train --config "$(preset teacher)" --model "$OUT/teacher-init" \
-			--data "$OUT/data" --out "$OUT/teacher-run" ${extra[@]+"${extra[@]}"} >&2
-		SECS[teacher]=$(($(stamp) - t))
-	fi
+# 2. The AR teacher, from random weights (unless one is given). A teacher
+#    whose training was stopped (Ctrl-C or SIGTERM: dllm train checkpoints
+#    the step in progress) goes on from its checkpoint with KEEP=1.
+if [ -z "${TEACHER:-}" ] && ! compgen -G "$OUT/teacher-run/model-step-*" >/dev/null; then
+	t=$(stamp)
+	extra=()
+	compgen -G "$OUT/teacher-run/checkpoints/step-*" >/dev/null && extra=(--resume) && say "teacher: resuming $OUT/teacher-run"
+	mapfile -t -O "${#extra[@]}" extra < <(sets "${TEACHER_SET:-}")
+	"$BIN" train --config "$(preset teacher)" --model "$OUT/teacher-init" \
+		--data "$OUT/data" --out "$OUT/teacher-run" ${extra[@]+"${extra[@]}"} >&2
+	SECS[teacher]=$(($(stamp) - t))
 fi
 if [ -n "${TEACHER:-}" ]; then
 	[ -s "$TEACHER/train.json" ] || { say "TEACHER=$TEACHER: no trained model there (train.json)"; exit 2; }

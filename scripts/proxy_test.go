@@ -22,18 +22,9 @@ import (
 func TestProxyShippedTeacher(t *testing.T) {
 	root := scriptRoot(t, "curl", "awk")
 	out := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "bash", "scripts/proxy.sh")
-	cmd.Dir = root
 	// 0.05% of the teacher's 52.4M tokens is 6 steps of 16 x 256.
-	cmd.Env = append(os.Environ(), "TASKS=v2", "TEACHER=models/proxy-teacher", "BUDGET=0.05",
-		"TRAIN=200", "DEV=10", "HELDOUT=10", "TEXT=50", "PROXY_OUT="+out, "PORT="+freePorts(t))
-	b, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("proxy.sh: %v\n%s", err, b)
-	}
-	log := string(b)
+	log := runProxy(t, root, "TASKS=v2", "TEACHER=models/proxy-teacher", "BUDGET=0.05",
+		"TRAIN=200", "DEV=10", "HELDOUT=10", "TEXT=50", "PROXY_OUT="+out)
 	if !regexp.MustCompile(`train: block objective, 6 steps from 0`).MatchString(log) {
 		t.Errorf("the diffusion run is not BUDGET's 6 steps:\n%s", log)
 	}
@@ -65,6 +56,47 @@ func TestProxyShippedTeacher(t *testing.T) {
 			t.Errorf("the shipped teacher answers %.2f of the held-out questions, want at least 0.8", r.Overall.Accuracy)
 		}
 	}
+}
+
+// TestProxyResumesTeacher stops a teacher's training between checkpoints
+// (its checkpoint of step 4 and its export are removed, as if it had been
+// stopped after step 2) and runs scripts/proxy.sh again with KEEP=1: the
+// teacher goes on from step 2 instead of starting over.
+func TestProxyResumesTeacher(t *testing.T) {
+	root := scriptRoot(t, "curl")
+	out := t.TempDir()
+	env := []string{"TRAIN=100", "DEV=5", "HELDOUT=5", "TEXT=20", "DIFF_RUN=none", "EVAL_ON=none",
+		"TEACHER_SET=steps=4 checkpoint_every=2 keep_checkpoints=2", "PROXY_OUT=" + out}
+	runProxy(t, root, env...)
+	run := filepath.Join(out, "teacher-run")
+	for _, p := range []string{"model-step-0000004", "checkpoints/step-0000004"} {
+		if err := os.RemoveAll(filepath.Join(run, p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	log := runProxy(t, root, append(env, "KEEP=1")...)
+	if !regexp.MustCompile(`(?m)^proxy: teacher: resuming .*\n(.*\n)*train: ar objective, 4 steps from 2,`).MatchString(log) {
+		t.Errorf("the teacher did not go on from its checkpoint of step 2:\n%s", log)
+	}
+	if _, err := os.Stat(filepath.Join(run, "model-step-0000004", "train.json")); err != nil {
+		t.Errorf("the resumed teacher was not exported: %v", err)
+	}
+}
+
+// runProxy runs scripts/proxy.sh from root with env added (and free
+// ports) and returns its output.
+func runProxy(t *testing.T, root string, env ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "scripts/proxy.sh")
+	cmd.Dir = root
+	cmd.Env = append(append(os.Environ(), env...), "PORT="+freePorts(t))
+	b, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("proxy.sh %v: %v\n%s", env, err, b)
+	}
+	return string(b)
 }
 
 // freePorts returns the first of two consecutive free local ports
