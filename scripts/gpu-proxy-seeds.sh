@@ -12,9 +12,10 @@
 #                                  # diffusion models at 20% (26M tokens each:
 #                                  # one teacher's two a call), dev scores
 #   scripts/gpu-proxy-seeds.sh c   # after b for every seed: held-out scores
-#   RECIPE=cap DIFF_SET=confidence_loss_weight=1 SEEDS=0 scripts/gpu-proxy-seeds.sh l
-#                                  # a training lever's models at 20%, dev
-#                                  # and (time left) held-out scores
+#   RECIPE=cap DIFF_SET=confidence_loss_weight=0.2 scripts/gpu-proxy-seeds.sh l
+#                                  # a training lever's 6 models at 5%
+#                                  # (BUDGETS), dev and held-out scores, to
+#                                  # hold against f's (~240 s)
 #   SWEEP_MODES='eb={"verify":true,"error_budget":0.5}' SWEEP_THRESHOLDS="0.7 0.8" \
 #     scripts/gpu-proxy-seeds.sh s # after b: sampler levers on b's 20% models,
 #                                  # dev scores (as many as the call's time
@@ -97,9 +98,10 @@ s)
 	;;
 l)
 	[ -n "${RECIPE:-}" ] && [ -n "${DIFF_SET:-}" ] || { echo "l needs RECIPE and DIFF_SET" >&2; exit 2; }
-	BUDGETS=20 STAGES=diffusion JOBS=6 scripts/proxy-seeds.sh >"$SEEDS_OUT/l1-$RECIPE.out" 2>&1
-	BUDGETS=20 STAGES=dev JOBS=12 timeout "$(left)" scripts/proxy-seeds.sh >"$SEEDS_OUT/l2-$RECIPE.out" 2>&1
-	BUDGETS=20 STAGES=heldout JOBS=12 timeout "$(left)" scripts/proxy-seeds.sh 2>&1 | tee "$SEEDS_OUT/l3-$RECIPE.out" | tail -n 40
+	export BUDGETS=${BUDGETS:-5}
+	STAGES=diffusion JOBS=6 scripts/proxy-seeds.sh >"$SEEDS_OUT/l1-$RECIPE.out" 2>&1
+	STAGES=dev JOBS=12 timeout "$(left)" scripts/proxy-seeds.sh >"$SEEDS_OUT/l2-$RECIPE.out" 2>&1
+	STAGES=heldout JOBS=12 timeout "$(left)" scripts/proxy-seeds.sh 2>&1 | tee "$SEEDS_OUT/l3-$RECIPE.out" | tail -n 40
 	;;
 *)
 	echo "usage: $0 a|r|b|c|f|s|l" >&2

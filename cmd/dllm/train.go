@@ -18,6 +18,8 @@ func trainCommand() *cli.Command {
 		Name:      "train",
 		Usage:     "continue training a converted model as a block-diffusion LM",
 		UsageText: "dllm train --config configs/train/NAME.yaml [--resume] [--steps N] [--out DIR] [--device cuda] [options]",
+		// Each --set is one value: its YAML may hold commas (lists, mappings).
+		DisableSliceFlagSeparator: true,
 		Description: `Trains the model of the config's "model" directory (dllm convert's output)
 with the config's objective: block (block diffusion in the noisy+clean
 layout, the default), ar (next-token baseline) or mdm (full-sequence masked

@@ -95,6 +95,12 @@ func TestTrainAndExportCommands(t *testing.T) {
 	if _, _, err := runTrainCmds(t, "train", "--config", cfg, "--set", "lr_shedule=wsd"); err == nil || !strings.Contains(err.Error(), "lr_shedule") {
 		t.Fatalf("misspelt --set key: %v", err)
 	}
+	// A YAML list arrives whole, commas and all: its second stage is
+	// checked (and refused), not cut off at the first comma.
+	sched := "block_schedule=[{step: 0, size: 1}, {step: 0, size: 2}]"
+	if _, _, err := runTrainCmds(t, "train", "--config", cfg, "--set", sched); err == nil || !strings.Contains(err.Error(), "stage 1 starts at step 0") {
+		t.Fatalf("--set %s: %v", sched, err)
+	}
 }
 
 // TestTrainIncompleteData: training on a data directory whose preparation
