@@ -16,7 +16,8 @@
 #        make proxy   (TASKS=v2 TEACHER=models/proxy-teacher BUDGET=5: ~30
 #                    minutes on two cores)
 #        SIZE=gpu scripts/proxy.sh   (the larger proxy, on one GPU: a
-#                    6.56M-parameter teacher, configs/proxy/gpu/, ~2 min)
+#                    6.56M-parameter teacher, configs/proxy/gpu/; ~10 min,
+#                    ~2 with TASKS=v1)
 # Environment:
 #   SIZE             cpu (configs/proxy/, served on the CPU in f32) or gpu
 #                    (configs/proxy/gpu/, served with --device cuda in bf16)
@@ -71,9 +72,9 @@ case "$TASKS" in
 v1) DATA_CONF=configs/proxy/data.yaml SYNTH=() MAX_TOKENS=${MAX_TOKENS:-320} ;;
 v2)
 	DATA_CONF=$CONF/data-v2.yaml SYNTH=(--size "${SIZE:-cpu}" --dev "${DEV:-100}" --text "${TEXT:-$([ "${SIZE:-cpu}" = gpu ] && echo 20000 || echo 5000)}")
-	# The GPU teacher reads 65M tokens: 6,000 problems a task made that
-	# four passes, in which short tasks (sort, sum) are a few percent of
-	# the tokens and were learnt worst; 24,000 make it about one pass.
+	# The GPU teacher reads 131M tokens: 6,000 problems a task made that
+	# eight passes, in which short tasks (sort, sum) are a few percent of
+	# the tokens and were learnt worst; 24,000 make it about two.
 	[ "${SIZE:-cpu}" = gpu ] && TRAIN=${TRAIN:-24000}
 	MAX_TOKENS=${MAX_TOKENS:-$([ "${SIZE:-cpu}" = gpu ] && echo 1536 || echo 512)}
 	;;
@@ -167,7 +168,8 @@ if [ "${KEEP:-0}" != 2 ] && [ "$DIFF_RUN" != none ]; then
 	# micro batches of seq_len tokens (DIFF_SET may still set steps).
 	field() { sed -n "s/^ *\"*$1\"*: *\([0-9]*\).*/\1/p" "$2" | head -n 1; }
 	dp=$(preset diffusion)
-	per_step=$(($(field micro_batch "$dp") * $(field grad_accum "$dp") * $(field seq_len "$OUT/data.yaml")))
+	accum=$(field grad_accum "$dp")
+	per_step=$(($(field micro_batch "$dp") * ${accum:-1} * $(field seq_len "$OUT/data.yaml")))
 	steps=$(awk -v t="$(field tokens_seen "$TEACHER/train.json")" -v b="${BUDGET:-20}" -v n="$per_step" \
 		'BEGIN { s = int(t * b / 100 / n); print (s < 1 ? 1 : s) }')
 	mapfile -t extra < <(sets "steps=$steps ${DIFF_SET:-}")
