@@ -21,6 +21,8 @@
 #                                  # dev scores (as many as the call's time
 #                                  # allows; a later call goes on from there)
 #
+# PROXY_SIZE=cpu runs the same parts on the CPU size's models, trained and
+# served in f32 on the GPU (scripts/proxy.sh DEVICE=cuda; out/seeds-cpu).
 # Each diffusion model is scored in the sampler modes plain (threshold
 # alone) and verify, at THRESHOLDS (0.9). SEEDS (0 1 2) are the teacher
 # seeds a part works on; CALL_S (570) the seconds a part may take before
@@ -29,7 +31,15 @@
 # (results.tgz) when it is set.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-export SIZE=gpu TASKS=v2 SEEDS_OUT=out/seeds-gpu SEEDS=${SEEDS:-0 1 2} DIFF_SEEDS="1 2"
+case "${PROXY_SIZE:-gpu}" in
+gpu) export SIZE=gpu SEEDS_OUT=out/seeds-gpu ;;
+cpu) export SIZE=cpu DEVICE=cuda SEEDS_OUT=out/seeds-cpu ;;
+*)
+	echo "PROXY_SIZE must be gpu or cpu" >&2
+	exit 2
+	;;
+esac
+export TASKS=v2 SEEDS=${SEEDS:-0 1 2} DIFF_SEEDS="1 2"
 export MODES='plain={"verify":false} verify={"verify":true}' THRESHOLDS=${THRESHOLDS:-0.9}
 T0=$(date +%s)
 left() { echo $((${CALL_S:-570} - ($(date +%s) - T0))); }

@@ -21,6 +21,9 @@
 # Environment:
 #   SIZE             cpu (configs/proxy/, served on the CPU in f32) or gpu
 #                    (configs/proxy/gpu/, served with --device cuda in bf16)
+#   DEVICE           with SIZE=cpu: where its models train and are served
+#                    (cpu, or cuda: the same models in f32 on a GPU, minutes
+#                    instead of hours, for statistics over seeds)
 #   PROXY_OUT        work directory (out/proxy, or out/proxy-gpu for SIZE=gpu)
 #   TASKS            the task set: v2 (free widths, lists, long work, prose,
 #                    code, with a dev split and plain-text stories; the
@@ -58,13 +61,17 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 
 case "${SIZE:-cpu}" in
-cpu) CONF=configs/proxy OUT=${PROXY_OUT:-out/proxy} SERVE=(--device cpu --dtype f32) ;;
-gpu) CONF=configs/proxy/gpu OUT=${PROXY_OUT:-out/proxy-gpu} SERVE=(--device cuda --dtype bf16) ;;
+cpu) CONF=configs/proxy OUT=${PROXY_OUT:-out/proxy} SERVE=(--device "${DEVICE:-cpu}" --dtype f32) TDEV=${DEVICE:+device=$DEVICE} ;;
+gpu) CONF=configs/proxy/gpu OUT=${PROXY_OUT:-out/proxy-gpu} SERVE=(--device cuda --dtype bf16) TDEV= ;;
 *)
 	echo "proxy: SIZE must be cpu or gpu, not '$SIZE'" >&2
 	exit 2
 	;;
 esac
+if [ -n "${DEVICE:-}" ] && { [ "${SIZE:-cpu}" != cpu ] || [[ ! "$DEVICE" =~ ^(cpu|cuda(:[0-9]+)?)$ ]]; }; then
+	echo "proxy: DEVICE (cpu, cuda or cuda:N) is for SIZE=cpu, not '$DEVICE' with SIZE=${SIZE:-cpu}" >&2
+	exit 2
+fi
 HELDOUT=${HELDOUT:-100}
 TASKS=${TASKS:-v2}
 DIFF_RUN=${DIFF_RUN:-diffusion-run}
@@ -143,7 +150,7 @@ if [ -z "${TEACHER:-}" ] && ! compgen -G "$OUT/teacher-run/model-step-*" >/dev/n
 	t=$(stamp)
 	extra=()
 	compgen -G "$OUT/teacher-run/checkpoints/step-*" >/dev/null && extra=(--resume) && say "teacher: resuming $OUT/teacher-run"
-	mapfile -t -O "${#extra[@]}" extra < <(sets "${TEACHER_SET:-}")
+	mapfile -t -O "${#extra[@]}" extra < <(sets "$TDEV ${TEACHER_SET:-}")
 	"$BIN" train --config "$(preset teacher)" --model "$OUT/teacher-init" \
 		--data "$OUT/data" --out "$OUT/teacher-run" ${extra[@]+"${extra[@]}"} >&2
 	SECS[teacher]=$(($(stamp) - t))
@@ -172,7 +179,7 @@ if [ "${KEEP:-0}" != 2 ] && [ "$DIFF_RUN" != none ]; then
 	per_step=$(($(field micro_batch "$dp") * ${accum:-1} * $(field seq_len "$OUT/data.yaml")))
 	steps=$(awk -v t="$(field tokens_seen "$TEACHER/train.json")" -v b="${BUDGET:-20}" -v n="$per_step" \
 		'BEGIN { s = int(t * b / 100 / n); print (s < 1 ? 1 : s) }')
-	mapfile -t extra < <(sets "steps=$steps ${DIFF_SET:-}")
+	mapfile -t extra < <(sets "$TDEV steps=$steps ${DIFF_SET:-}")
 	"$BIN" train --config "$dp" --model "$OUT/teacher-dllm" \
 		--data "$OUT/data" --out "$OUT/$DIFF_RUN" ${extra[@]+"${extra[@]}"} >&2
 	SECS[diffusion]=$(($(stamp) - t))
@@ -208,7 +215,7 @@ score() { # port split result [eval options...]: one eval, table to RESULT.txt
 	# On a GPU the eval fills the server's batch (its max_num_seqs); the
 	# CPU server generates one reply at a time.
 	local conc=()
-	[ "${SIZE:-cpu}" = gpu ] || conc=(--concurrency 1)
+	[[ "${SERVE[1]}" == cuda* ]] || conc=(--concurrency 1)
 	"$BIN" eval --server "http://127.0.0.1:$port" --tasks "$OUT/synth/$split.jsonl" ${conc[@]+"${conc[@]}"} \
 		--max-tokens "$MAX_TOKENS" --temperature 0 --out "$OUT/$result.json" "$@" | tee "$OUT/$result.txt"
 }
