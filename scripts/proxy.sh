@@ -61,8 +61,8 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 
 case "${SIZE:-cpu}" in
-cpu) CONF=configs/proxy OUT=${PROXY_OUT:-out/proxy} SERVE=(--device "${DEVICE:-cpu}" --dtype f32) TDEV=${DEVICE:+device=$DEVICE} ;;
-gpu) CONF=configs/proxy/gpu OUT=${PROXY_OUT:-out/proxy-gpu} SERVE=(--device cuda --dtype bf16) TDEV= ;;
+cpu) CONF=configs/proxy OUT=${PROXY_OUT:-out/proxy} RUNDEV=${DEVICE:-cpu} SERVE=(--dtype f32) ;;
+gpu) CONF=configs/proxy/gpu OUT=${PROXY_OUT:-out/proxy-gpu} RUNDEV=cuda SERVE=(--dtype bf16) ;;
 *)
 	echo "proxy: SIZE must be cpu or gpu, not '$SIZE'" >&2
 	exit 2
@@ -150,7 +150,7 @@ if [ -z "${TEACHER:-}" ] && ! compgen -G "$OUT/teacher-run/model-step-*" >/dev/n
 	t=$(stamp)
 	extra=()
 	compgen -G "$OUT/teacher-run/checkpoints/step-*" >/dev/null && extra=(--resume) && say "teacher: resuming $OUT/teacher-run"
-	mapfile -t -O "${#extra[@]}" extra < <(sets "$TDEV ${TEACHER_SET:-}")
+	mapfile -t -O "${#extra[@]}" extra < <(sets "device=$RUNDEV ${TEACHER_SET:-}")
 	"$BIN" train --config "$(preset teacher)" --model "$OUT/teacher-init" \
 		--data "$OUT/data" --out "$OUT/teacher-run" ${extra[@]+"${extra[@]}"} >&2
 	SECS[teacher]=$(($(stamp) - t))
@@ -179,7 +179,7 @@ if [ "${KEEP:-0}" != 2 ] && [ "$DIFF_RUN" != none ]; then
 	per_step=$(($(field micro_batch "$dp") * ${accum:-1} * $(field seq_len "$OUT/data.yaml")))
 	steps=$(awk -v t="$(field tokens_seen "$TEACHER/train.json")" -v b="${BUDGET:-20}" -v n="$per_step" \
 		'BEGIN { s = int(t * b / 100 / n); print (s < 1 ? 1 : s) }')
-	mapfile -t extra < <(sets "$TDEV steps=$steps ${DIFF_SET:-}")
+	mapfile -t extra < <(sets "device=$RUNDEV steps=$steps ${DIFF_SET:-}")
 	"$BIN" train --config "$dp" --model "$OUT/teacher-dllm" \
 		--data "$OUT/data" --out "$OUT/$DIFF_RUN" ${extra[@]+"${extra[@]}"} >&2
 	SECS[diffusion]=$(($(stamp) - t))
@@ -198,7 +198,7 @@ stop_server() {
 }
 trap 'stop_server; rm -rf "$PRIV"' EXIT
 serve_model() { # name model port
-	"$BIN" serve --model "$2" --host 127.0.0.1 --port "$3" "${SERVE[@]}" \
+	"$BIN" serve --model "$2" --host 127.0.0.1 --port "$3" --device "$RUNDEV" "${SERVE[@]}" \
 		--served-model-name "$1" 2>"$OUT/$1-serve.log" &
 	SERVER=$!
 	for _ in $(seq 600); do
@@ -215,7 +215,7 @@ score() { # port split result [eval options...]: one eval, table to RESULT.txt
 	# On a GPU the eval fills the server's batch (its max_num_seqs); the
 	# CPU server generates one reply at a time.
 	local conc=()
-	[[ "${SERVE[1]}" == cuda* ]] || conc=(--concurrency 1)
+	[[ "$RUNDEV" == cuda* ]] || conc=(--concurrency 1)
 	"$BIN" eval --server "http://127.0.0.1:$port" --tasks "$OUT/synth/$split.jsonl" ${conc[@]+"${conc[@]}"} \
 		--max-tokens "$MAX_TOKENS" --temperature 0 --out "$OUT/$result.json" "$@" | tee "$OUT/$result.txt"
 }
