@@ -21,6 +21,13 @@
 #                                  # dev scores (as many as the call's time
 #                                  # allows; a later call goes on from there)
 #
+# Teachers travel between machines: parts a and r leave each finished
+# teacher (its bf16 export and its two scores, about 10 MB xz-packed) in
+# $OUT as teacher-tSEED.txz; a later machine given those files in
+# build/gpu/teachers (carried) makes only the data and the conversions
+# for a seed it has no teacher of, in about a minute, and then runs any
+# part but a.
+#
 # PROXY_SIZE=cpu runs the same parts on the CPU size's models, trained and
 # served in f32 on the GPU (scripts/proxy.sh DEVICE=cuda; out/seeds-cpu).
 # Each diffusion model is scored in the sampler modes plain (threshold
@@ -48,9 +55,47 @@ save() {
 	tar czf "$OUT/results.tgz" "$SEEDS_OUT"/results "$SEEDS_OUT"/summary.txt "$SEEDS_OUT"/*.out 2>/dev/null || true
 }
 trap save EXIT
+# xz through Python's tarfile: the machine may have no xz.
+txz() { python3 -c 'import sys, tarfile; t = tarfile.open(sys.argv[2], sys.argv[1] + ":xz"); [t.add(f, arcname=f[len(sys.argv[3]):].lstrip("/")) for f in sys.argv[4:]] if sys.argv[1] == "w" else t.extractall(sys.argv[3], filter="data"); t.close()' "$@"; }
+bank_out() {
+	[ -n "${OUT:-}" ] || return 0
+	local s d
+	for s in $SEEDS; do
+		d=$(ls -d "$SEEDS_OUT/t$s"/teacher-run/model-step-* 2>/dev/null | tail -n 1)
+		[ -n "$d" ] && [ -s "$SEEDS_OUT/t$s/teacher-heldout.json" ] || continue
+		txz w "$OUT/teacher-t$s.txz" "$SEEDS_OUT/t$s" "$d" "$SEEDS_OUT/t$s/teacher-dev.json" "$SEEDS_OUT/t$s/teacher-heldout.json" &
+	done
+	wait
+}
+bank_in() {
+	local s pids=()
+	for s in $SEEDS; do
+		[ -e "build/gpu/teachers/teacher-t$s.txz" ] || continue
+		compgen -G "$SEEDS_OUT/t$s/teacher-run/model-step-*" >/dev/null && continue
+		echo "teacher seed $s: from build/gpu/teachers"
+		rm -rf "$SEEDS_OUT/t$s.bank"
+		txz r "build/gpu/teachers/teacher-t$s.txz" "$SEEDS_OUT/t$s.bank"
+		TEACHER=$(ls -d "$SEEDS_OUT/t$s.bank"/teacher-run/model-step-*) PROXY_OUT=$SEEDS_OUT/t$s \
+			DIFF_RUN=none EVAL_ON=none scripts/proxy.sh >"$SEEDS_OUT/t$s.bank.log" 2>&1 &
+		pids+=($!)
+	done
+	[ ${#pids[@]} -gt 0 ] || return 0
+	wait "${pids[@]}"
+	mkdir -p "$SEEDS_OUT/results"
+	for s in $SEEDS; do
+		[ -d "$SEEDS_OUT/t$s.bank" ] || continue
+		mv "$SEEDS_OUT/t$s.bank"/teacher-*.json "$SEEDS_OUT/t$s/"
+		mv "$SEEDS_OUT/t$s.bank/teacher-run" "$SEEDS_OUT/t$s/"
+		rmdir "$SEEDS_OUT/t$s.bank"
+		for split in dev heldout; do
+			cp "$SEEDS_OUT/t$s/teacher-$split.json" "$SEEDS_OUT/results/teacher-$split-t$s.json"
+		done
+	done
+}
 nvidia-smi --query-gpu=name,memory.used --format=csv,noheader
 bin/dllm version 2>&1 | grep -q "^cuda: [1-9]" || scripts/gpu-smoke.sh 2>&1 | grep -E "shim build|^cuda:|smoke"
 mkdir -p "$SEEDS_OUT"
+case "${1:-}" in a) ;; *) bank_in ;; esac
 case "${1:-}" in
 a | r)
 	# Training that would outrun the call is stopped (SIGTERM: each dllm
@@ -70,6 +115,7 @@ a | r)
 			bin/dllm eval summary "$f" | sed -n 1,7p
 		done
 	done
+	bank_out
 	;;
 b)
 	BUDGETS=20 STAGES=diffusion JOBS=6 scripts/proxy-seeds.sh 2>&1 | tee "$SEEDS_OUT/b1.out" | grep -v "^proxy-seeds: teacher seed"
