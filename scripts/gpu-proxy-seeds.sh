@@ -25,7 +25,7 @@
 # teacher (its bf16 export and its two scores, about 10 MB xz-packed) in
 # $OUT as teacher-tSEED.txz; a later machine given those files in
 # build/gpu/teachers (carried) makes only the data and the conversions
-# for a seed it has no teacher of, in about a minute, and then runs any
+# for a seed it has no teacher of, and then runs any
 # part but a.
 #
 # PROXY_SIZE=cpu runs the same parts on the CPU size's models, trained and
