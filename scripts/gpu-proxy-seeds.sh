@@ -25,8 +25,7 @@
 # teacher (its bf16 export and its two scores, about 10 MB xz-packed) in
 # $OUT as teacher-tSEED.txz; a later machine given those files in
 # build/gpu/teachers (carried) makes only the data and the conversions
-# for a seed it has no teacher of, and then runs any
-# part but a.
+# for a seed it has no teacher of, and then runs any part but a.
 #
 # PROXY_SIZE=cpu runs the same parts on the CPU size's models, trained and
 # served in f32 on the GPU (scripts/proxy.sh DEVICE=cuda; out/seeds-cpu).
@@ -55,15 +54,24 @@ save() {
 	tar czf "$OUT/results.tgz" "$SEEDS_OUT"/results "$SEEDS_OUT"/summary.txt "$SEEDS_OUT"/*.out 2>/dev/null || true
 }
 trap save EXIT
-# xz through Python's tarfile: the machine may have no xz.
-txz() { python3 -c 'import sys, tarfile; t = tarfile.open(sys.argv[2], sys.argv[1] + ":xz"); [t.add(f, arcname=f[len(sys.argv[3]):].lstrip("/")) for f in sys.argv[4:]] if sys.argv[1] == "w" else t.extractall(sys.argv[3], filter="data"); t.close()' "$@"; }
+# xz archives through Python's tarfile (the machine may have no xz):
+# pack ARCHIVE DIR PATH... stores each PATH under DIR by its path below
+# DIR; unpack ARCHIVE DIR restores them into DIR.
+pack() {
+	python3 -c '
+import os, sys, tarfile
+with tarfile.open(sys.argv[1], "w:xz") as t:
+    for p in sys.argv[3:]:
+        t.add(p, arcname=os.path.relpath(p, sys.argv[2]))' "$@"
+}
+unpack() { python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter="data")' "$@"; }
 bank_out() {
 	[ -n "${OUT:-}" ] || return 0
 	local s d
 	for s in $SEEDS; do
 		d=$(ls -d "$SEEDS_OUT/t$s"/teacher-run/model-step-* 2>/dev/null | tail -n 1)
 		[ -n "$d" ] && [ -s "$SEEDS_OUT/t$s/teacher-heldout.json" ] || continue
-		txz w "$OUT/teacher-t$s.txz" "$SEEDS_OUT/t$s" "$d" "$SEEDS_OUT/t$s/teacher-dev.json" "$SEEDS_OUT/t$s/teacher-heldout.json" &
+		pack "$OUT/teacher-t$s.txz" "$SEEDS_OUT/t$s" "$d" "$SEEDS_OUT/t$s/teacher-dev.json" "$SEEDS_OUT/t$s/teacher-heldout.json" &
 	done
 	wait
 }
@@ -74,7 +82,7 @@ bank_in() {
 		compgen -G "$SEEDS_OUT/t$s/teacher-run/model-step-*" >/dev/null && continue
 		echo "teacher seed $s: from build/gpu/teachers"
 		rm -rf "$SEEDS_OUT/t$s.bank"
-		txz r "build/gpu/teachers/teacher-t$s.txz" "$SEEDS_OUT/t$s.bank"
+		unpack "build/gpu/teachers/teacher-t$s.txz" "$SEEDS_OUT/t$s.bank"
 		TEACHER=$(ls -d "$SEEDS_OUT/t$s.bank"/teacher-run/model-step-*) PROXY_OUT=$SEEDS_OUT/t$s \
 			DIFF_RUN=none EVAL_ON=none scripts/proxy.sh >"$SEEDS_OUT/t$s.bank.log" 2>&1 &
 		pids+=($!)
@@ -95,7 +103,7 @@ bank_in() {
 nvidia-smi --query-gpu=name,memory.used --format=csv,noheader
 bin/dllm version 2>&1 | grep -q "^cuda: [1-9]" || scripts/gpu-smoke.sh 2>&1 | grep -E "shim build|^cuda:|smoke"
 mkdir -p "$SEEDS_OUT"
-case "${1:-}" in a) ;; *) bank_in ;; esac
+[ "${1:-}" = a ] || bank_in
 case "${1:-}" in
 a | r)
 	# Training that would outrun the call is stopped (SIGTERM: each dllm
