@@ -34,7 +34,8 @@
 # seeds a part works on; CALL_S (570) the seconds a part may take before
 # its evals are cut short. bin/dllm is built on the dev box and carried;
 # the shim is built here. Tables and results are copied to $OUT
-# (results.tgz) when it is set.
+# (results-PART[-RECIPE].tgz) when it is set, so that parts run side by
+# side in one call (each with its own PORT) leave one archive each.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 case "${PROXY_SIZE:-gpu}" in
@@ -47,11 +48,11 @@ cpu) export SIZE=cpu DEVICE=cuda SEEDS_OUT=out/seeds-cpu ;;
 esac
 export TASKS=v2 SEEDS=${SEEDS:-0 1 2} DIFF_SEEDS="1 2"
 export MODES='plain={"verify":false} verify={"verify":true}' THRESHOLDS=${THRESHOLDS:-0.9}
-T0=$(date +%s)
+T0=$(date +%s) PART=${1:-}
 left() { echo $((${CALL_S:-570} - ($(date +%s) - T0))); }
 save() {
 	[ -n "${OUT:-}" ] || return 0
-	tar czf "$OUT/results.tgz" "$SEEDS_OUT"/results "$SEEDS_OUT"/summary.txt "$SEEDS_OUT"/*.out 2>/dev/null || true
+	tar czf "$OUT/results-${PART}${RECIPE:+-$RECIPE}.tgz" "$SEEDS_OUT"/results "$SEEDS_OUT"/summary.txt "$SEEDS_OUT"/*.out 2>/dev/null || true
 }
 trap save EXIT
 # xz archives through Python's tarfile (the machine may have no xz):
