@@ -16,6 +16,15 @@
 #                                  # a training lever's 6 models at 5%
 #                                  # (BUDGETS), dev and held-out scores, to
 #                                  # hold against f's (~240 s)
+#   scripts/gpu-proxy-seeds.sh side f "cap02 confidence_loss_weight=0.2"
+#                                  # parts f and l side by side in one call,
+#                                  # each argument "f" or "RECIPE DIFF_SET..."
+#                                  # (not yet timed: 6 trainings already fill
+#                                  # the GPU, 6 x 400 steps in 195 s and 6 x
+#                                  # 800 in 384 s, so two parts should take
+#                                  # ~500 s; this saves a call's start and
+#                                  # the risk of losing the machine between
+#                                  # calls, not GPU time)
 #   SWEEP_MODES='eb={"verify":true,"error_budget":0.5}' SWEEP_THRESHOLDS="0.7 0.8" \
 #     scripts/gpu-proxy-seeds.sh s # after b: sampler levers on b's 20% models,
 #                                  # dev scores (as many as the call's time
@@ -168,10 +177,41 @@ l)
 	STAGES=dev JOBS=12 timeout "$(left)" scripts/proxy-seeds.sh >"$SEEDS_OUT/l2-$RECIPE.out" 2>&1
 	STAGES=heldout JOBS=12 timeout "$(left)" scripts/proxy-seeds.sh 2>&1 | tee "$SEEDS_OUT/l3-$RECIPE.out" | tail -n 40
 	;;
+side)
+	# The teachers are in place (bank_in above), so the parts share them;
+	# each gets its own ports and the time left, and its output is shown
+	# when all are done.
+	shift
+	[ $# -gt 0 ] || { echo "side needs parts: f or \"RECIPE DIFF_SET...\"" >&2; exit 2; }
+	for p in "$@"; do
+		[ "$p" = f ] || [[ "$p" == *" "* ]] || { echo "side: \"$p\" is neither f nor \"RECIPE DIFF_SET...\"" >&2; exit 2; }
+	done
+	i=0
+	pids=()
+	for p in "$@"; do
+		if [ "$p" = f ]; then
+			part=(env -u RECIPE -u DIFF_SET PORT=$((18400 + 100 * i)) CALL_S="$(left)" scripts/gpu-proxy-seeds.sh f)
+		else
+			part=(env RECIPE="${p%% *}" DIFF_SET="${p#* }" PORT=$((18400 + 100 * i)) CALL_S="$(left)" scripts/gpu-proxy-seeds.sh l)
+		fi
+		"${part[@]}" >"$SEEDS_OUT/side-$i.out" 2>&1 &
+		pids+=($!)
+		i=$((i + 1))
+	done
+	rc=0
+	for pid in "${pids[@]}"; do wait "$pid" || rc=1; done
+	i=0
+	for p in "$@"; do
+		echo "== $p"
+		tail -n 42 "$SEEDS_OUT/side-$i.out"
+		i=$((i + 1))
+	done
+	[ $rc = 0 ] || exit 1
+	;;
 *)
-	echo "usage: $0 a|r|b|c|f|s|l" >&2
+	echo "usage: $0 a|r|b|c|f|s|l|side" >&2
 	exit 2
 	;;
 esac
 say_time=$(($(date +%s) - T0))
-echo "part ${1} done in ${say_time} s"
+echo "part $PART done in ${say_time} s"
