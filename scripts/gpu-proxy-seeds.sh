@@ -113,8 +113,8 @@ bank_in() {
 nvidia-smi --query-gpu=name,memory.used --format=csv,noheader
 bin/dllm version 2>&1 | grep -q "^cuda: [1-9]" || scripts/gpu-smoke.sh 2>&1 | grep -E "shim build|^cuda:|smoke"
 mkdir -p "$SEEDS_OUT"
-[ "${1:-}" = a ] || bank_in
-case "${1:-}" in
+[ "$PART" = a ] || bank_in
+case "$PART" in
 a | r)
 	# Training that would outrun the call is stopped (SIGTERM: each dllm
 	# train checkpoints its step) and part r goes on from there.
@@ -189,12 +189,11 @@ side)
 	i=0
 	pids=()
 	for p in "$@"; do
-		if [ "$p" = f ]; then
-			part=(env -u RECIPE -u DIFF_SET PORT=$((18400 + 100 * i)) CALL_S="$(left)" scripts/gpu-proxy-seeds.sh f)
-		else
-			part=(env RECIPE="${p%% *}" DIFF_SET="${p#* }" PORT=$((18400 + 100 * i)) CALL_S="$(left)" scripts/gpu-proxy-seeds.sh l)
-		fi
-		"${part[@]}" >"$SEEDS_OUT/side-$i.out" 2>&1 &
+		# f runs the presets whatever the caller's RECIPE; a lever sets its own.
+		part=f lever=()
+		[ "$p" = f ] || part=l lever=(RECIPE="${p%% *}" DIFF_SET="${p#* }")
+		env -u RECIPE -u DIFF_SET PORT=$((18400 + 100 * i)) CALL_S="$(left)" "${lever[@]}" \
+			scripts/gpu-proxy-seeds.sh $part >"$SEEDS_OUT/side-$i.out" 2>&1 &
 		pids+=($!)
 		i=$((i + 1))
 	done
