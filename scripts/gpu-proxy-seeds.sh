@@ -37,7 +37,9 @@
 # for a seed it has no teacher of, and then runs any part but a.
 #
 # PROXY_SIZE=cpu runs the same parts on the CPU size's models, trained and
-# served in f32 on the GPU (scripts/proxy.sh DEVICE=cuda; out/seeds-cpu).
+# served in f32 on the GPU (scripts/proxy.sh DEVICE=cuda; out/seeds-cpu);
+# its archives are named cpu-teacher-tSEED.txz and results-cpu-PART...,
+# so that it can run beside a GPU-size part (with another PORT).
 # Each diffusion model is scored in the sampler modes plain (threshold
 # alone) and verify, at THRESHOLDS (0.9). SEEDS (0 1 2) are the teacher
 # seeds a part works on; CALL_S (570) the seconds a part may take before
@@ -48,8 +50,8 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 case "${PROXY_SIZE:-gpu}" in
-gpu) export SIZE=gpu SEEDS_OUT=out/seeds-gpu ;;
-cpu) export SIZE=cpu DEVICE=cuda SEEDS_OUT=out/seeds-cpu ;;
+gpu) export SIZE=gpu SEEDS_OUT=out/seeds-gpu K= ;;
+cpu) export SIZE=cpu DEVICE=cuda SEEDS_OUT=out/seeds-cpu K=cpu- ;;
 *)
 	echo "PROXY_SIZE must be gpu or cpu" >&2
 	exit 2
@@ -61,7 +63,7 @@ T0=$(date +%s) PART=${1:-}
 left() { echo $((${CALL_S:-570} - ($(date +%s) - T0))); }
 save() {
 	[ -n "${OUT:-}" ] || return 0
-	tar czf "$OUT/results-${PART}${RECIPE:+-$RECIPE}.tgz" "$SEEDS_OUT"/results "$SEEDS_OUT"/summary.txt "$SEEDS_OUT"/*.out 2>/dev/null || true
+	tar czf "$OUT/results-${K}${PART}${RECIPE:+-$RECIPE}.tgz" "$SEEDS_OUT"/results "$SEEDS_OUT"/summary.txt "$SEEDS_OUT"/*.out 2>/dev/null || true
 }
 trap save EXIT
 # xz archives through Python's tarfile (the machine may have no xz):
@@ -81,18 +83,18 @@ bank_out() {
 	for s in $SEEDS; do
 		d=$(ls -d "$SEEDS_OUT/t$s"/teacher-run/model-step-* 2>/dev/null | tail -n 1)
 		[ -n "$d" ] && [ -s "$SEEDS_OUT/t$s/teacher-heldout.json" ] || continue
-		pack "$OUT/teacher-t$s.txz" "$SEEDS_OUT/t$s" "$d" "$SEEDS_OUT/t$s/teacher-dev.json" "$SEEDS_OUT/t$s/teacher-heldout.json" &
+		pack "$OUT/${K}teacher-t$s.txz" "$SEEDS_OUT/t$s" "$d" "$SEEDS_OUT/t$s/teacher-dev.json" "$SEEDS_OUT/t$s/teacher-heldout.json" &
 	done
 	wait
 }
 bank_in() {
 	local s pids=()
 	for s in $SEEDS; do
-		[ -e "build/gpu/teachers/teacher-t$s.txz" ] || continue
+		[ -e "build/gpu/teachers/${K}teacher-t$s.txz" ] || continue
 		compgen -G "$SEEDS_OUT/t$s/teacher-run/model-step-*" >/dev/null && continue
 		echo "teacher seed $s: from build/gpu/teachers"
 		rm -rf "$SEEDS_OUT/t$s.bank"
-		unpack "build/gpu/teachers/teacher-t$s.txz" "$SEEDS_OUT/t$s.bank"
+		unpack "build/gpu/teachers/${K}teacher-t$s.txz" "$SEEDS_OUT/t$s.bank"
 		TEACHER=$(ls -d "$SEEDS_OUT/t$s.bank"/teacher-run/model-step-*) PROXY_OUT=$SEEDS_OUT/t$s \
 			DIFF_RUN=none EVAL_ON=none scripts/proxy.sh >"$SEEDS_OUT/t$s.bank.log" 2>&1 &
 		pids+=($!)
