@@ -19,12 +19,13 @@
 #   scripts/gpu-proxy-seeds.sh side f "cap02 confidence_loss_weight=0.2"
 #                                  # parts f and l side by side in one call,
 #                                  # each argument "f" or "RECIPE DIFF_SET..."
-#                                  # (not yet timed: 6 trainings already fill
-#                                  # the GPU, 6 x 400 steps in 195 s and 6 x
-#                                  # 800 in 384 s, so two parts should take
-#                                  # ~500 s; this saves a call's start and
-#                                  # the risk of losing the machine between
-#                                  # calls, not GPU time)
+#                                  # (at the CPU size on an H200 one lever
+#                                  # took 123 s, two 207 s, three 333 s; at
+#                                  # the GPU size 6 trainings already fill
+#                                  # the GPU, so two parts should take ~500 s.
+#                                  # It saves a call's start and the risk of
+#                                  # losing the machine between calls, not
+#                                  # GPU time)
 #   SWEEP_MODES='eb={"verify":true,"error_budget":0.5}' SWEEP_THRESHOLDS="0.7 0.8" \
 #     scripts/gpu-proxy-seeds.sh s # after b: sampler levers on b's 20% models,
 #                                  # dev scores (as many as the call's time
