@@ -50,9 +50,10 @@
 # side in one call (each with its own PORT) leave one archive each.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# SIZE_PREFIX names the CPU size's archives apart from the GPU size's.
 case "${PROXY_SIZE:-gpu}" in
-gpu) export SIZE=gpu SEEDS_OUT=out/seeds-gpu K= ;;
-cpu) export SIZE=cpu DEVICE=cuda SEEDS_OUT=out/seeds-cpu K=cpu- ;;
+gpu) export SIZE=gpu SEEDS_OUT=out/seeds-gpu && SIZE_PREFIX= ;;
+cpu) export SIZE=cpu DEVICE=cuda SEEDS_OUT=out/seeds-cpu && SIZE_PREFIX=cpu- ;;
 *)
 	echo "PROXY_SIZE must be gpu or cpu" >&2
 	exit 2
@@ -63,8 +64,10 @@ export MODES='plain={"verify":false} verify={"verify":true}' THRESHOLDS=${THRESH
 T0=$(date +%s) PART=${1:-}
 left() { echo $((${CALL_S:-570} - ($(date +%s) - T0))); }
 save() {
-	[ -n "${OUT:-}" ] || return 0
-	tar czf "$OUT/results-${K}${PART}${RECIPE:+-$RECIPE}.tgz" "$SEEDS_OUT"/results "$SEEDS_OUT"/summary.txt "$SEEDS_OUT"/*.out 2>/dev/null || true
+	# side's parts each leave their own archive: one more would only
+	# repeat the last of them in one of the call's few returned files.
+	[ -n "${OUT:-}" ] && [ "$PART" != side ] || return 0
+	tar czf "$OUT/results-${SIZE_PREFIX}${PART}${RECIPE:+-$RECIPE}.tgz" "$SEEDS_OUT"/results "$SEEDS_OUT"/summary.txt "$SEEDS_OUT"/*.out 2>/dev/null || true
 }
 trap save EXIT
 # xz archives through Python's tarfile (the machine may have no xz):
@@ -84,18 +87,18 @@ bank_out() {
 	for s in $SEEDS; do
 		d=$(ls -d "$SEEDS_OUT/t$s"/teacher-run/model-step-* 2>/dev/null | tail -n 1)
 		[ -n "$d" ] && [ -s "$SEEDS_OUT/t$s/teacher-heldout.json" ] || continue
-		pack "$OUT/${K}teacher-t$s.txz" "$SEEDS_OUT/t$s" "$d" "$SEEDS_OUT/t$s/teacher-dev.json" "$SEEDS_OUT/t$s/teacher-heldout.json" &
+		pack "$OUT/${SIZE_PREFIX}teacher-t$s.txz" "$SEEDS_OUT/t$s" "$d" "$SEEDS_OUT/t$s/teacher-dev.json" "$SEEDS_OUT/t$s/teacher-heldout.json" &
 	done
 	wait
 }
 bank_in() {
 	local s pids=()
 	for s in $SEEDS; do
-		[ -e "build/gpu/teachers/${K}teacher-t$s.txz" ] || continue
+		[ -e "build/gpu/teachers/${SIZE_PREFIX}teacher-t$s.txz" ] || continue
 		compgen -G "$SEEDS_OUT/t$s/teacher-run/model-step-*" >/dev/null && continue
 		echo "teacher seed $s: from build/gpu/teachers"
 		rm -rf "$SEEDS_OUT/t$s.bank"
-		unpack "build/gpu/teachers/${K}teacher-t$s.txz" "$SEEDS_OUT/t$s.bank"
+		unpack "build/gpu/teachers/${SIZE_PREFIX}teacher-t$s.txz" "$SEEDS_OUT/t$s.bank"
 		TEACHER=$(ls -d "$SEEDS_OUT/t$s.bank"/teacher-run/model-step-*) PROXY_OUT=$SEEDS_OUT/t$s \
 			DIFF_RUN=none EVAL_ON=none scripts/proxy.sh >"$SEEDS_OUT/t$s.bank.log" 2>&1 &
 		pids+=($!)
