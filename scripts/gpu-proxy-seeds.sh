@@ -16,6 +16,9 @@
 #                                  # a training lever's 6 models at 5%
 #                                  # (BUDGETS), dev and held-out scores, to
 #                                  # hold against f's (~240 s)
+#   RECIPE=b10 BUDGETS=10 scripts/gpu-proxy-seeds.sh l
+#                                  # the budget as the lever: the presets
+#                                  # at 10% of the teacher's tokens
 #   scripts/gpu-proxy-seeds.sh side f "cap02 confidence_loss_weight=0.2"
 #                                  # parts f and l side by side in one call,
 #                                  # each argument "f" or "RECIPE DIFF_SET..."
@@ -40,7 +43,11 @@
 # PROXY_SIZE=cpu runs the same parts on the CPU size's models, trained and
 # served in f32 on the GPU (scripts/proxy.sh DEVICE=cuda; out/seeds-cpu);
 # its archives are named cpu-teacher-tSEED.txz and results-cpu-PART...,
-# so that it can run beside a GPU-size part (with another PORT).
+# so that it can run beside a GPU-size part (with another PORT). Teachers
+# trained with TEACHER_SET carry it in their archives' names (its letters,
+# digits and dots: TEACHER_SET=steps=25600 banks cpu-steps25600-teacher-t0.txz),
+# so that a later part given the same TEACHER_SET takes them and no
+# preset teacher is mistaken for one of them.
 # Each diffusion model is scored in the sampler modes plain (threshold
 # alone) and verify, at THRESHOLDS (0.9). SEEDS (0 1 2) are the teacher
 # seeds a part works on; CALL_S (570) the seconds a part may take before
@@ -59,6 +66,9 @@ cpu) export SIZE=cpu DEVICE=cuda SEEDS_OUT=out/seeds-cpu && SIZE_PREFIX=cpu- ;;
 	exit 2
 	;;
 esac
+# BANK names the teachers' archives: the size, then any TEACHER_SET.
+tset=$(tr -cd 'A-Za-z0-9.' <<<"${TEACHER_SET:-}")
+BANK=$SIZE_PREFIX${tset:+$tset-}
 export TASKS=v2 SEEDS=${SEEDS:-0 1 2} DIFF_SEEDS="1 2"
 export MODES='plain={"verify":false} verify={"verify":true}' THRESHOLDS=${THRESHOLDS:-0.9}
 T0=$(date +%s) PART=${1:-}
@@ -87,18 +97,18 @@ bank_out() {
 	for s in $SEEDS; do
 		d=$(ls -d "$SEEDS_OUT/t$s"/teacher-run/model-step-* 2>/dev/null | tail -n 1)
 		[ -n "$d" ] && [ -s "$SEEDS_OUT/t$s/teacher-heldout.json" ] || continue
-		pack "$OUT/${SIZE_PREFIX}teacher-t$s.txz" "$SEEDS_OUT/t$s" "$d" "$SEEDS_OUT/t$s/teacher-dev.json" "$SEEDS_OUT/t$s/teacher-heldout.json" &
+		pack "$OUT/${BANK}teacher-t$s.txz" "$SEEDS_OUT/t$s" "$d" "$SEEDS_OUT/t$s/teacher-dev.json" "$SEEDS_OUT/t$s/teacher-heldout.json" &
 	done
 	wait
 }
 bank_in() {
 	local s pids=()
 	for s in $SEEDS; do
-		[ -e "build/gpu/teachers/${SIZE_PREFIX}teacher-t$s.txz" ] || continue
+		[ -e "build/gpu/teachers/${BANK}teacher-t$s.txz" ] || continue
 		compgen -G "$SEEDS_OUT/t$s/teacher-run/model-step-*" >/dev/null && continue
 		echo "teacher seed $s: from build/gpu/teachers"
 		rm -rf "$SEEDS_OUT/t$s.bank"
-		unpack "build/gpu/teachers/${SIZE_PREFIX}teacher-t$s.txz" "$SEEDS_OUT/t$s.bank"
+		unpack "build/gpu/teachers/${BANK}teacher-t$s.txz" "$SEEDS_OUT/t$s.bank"
 		TEACHER=$(ls -d "$SEEDS_OUT/t$s.bank"/teacher-run/model-step-*) PROXY_OUT=$SEEDS_OUT/t$s \
 			DIFF_RUN=none EVAL_ON=none scripts/proxy.sh >"$SEEDS_OUT/t$s.bank.log" 2>&1 &
 		pids+=($!)
@@ -177,7 +187,8 @@ s)
 	done
 	;;
 l)
-	[ -n "${RECIPE:-}" ] && [ -n "${DIFF_SET:-}" ] || { echo "l needs RECIPE and DIFF_SET" >&2; exit 2; }
+	# A lever is a recipe (DIFF_SET) or a budget (BUDGETS) other than f's.
+	[ -n "${RECIPE:-}" ] && [ -n "${DIFF_SET:-}${BUDGETS:-}" ] || { echo "l needs RECIPE, and DIFF_SET or BUDGETS" >&2; exit 2; }
 	export BUDGETS=${BUDGETS:-5}
 	STAGES=diffusion JOBS=6 scripts/proxy-seeds.sh >"$SEEDS_OUT/l1-$RECIPE.out" 2>&1
 	STAGES=dev JOBS=12 timeout "$(left)" scripts/proxy-seeds.sh >"$SEEDS_OUT/l2-$RECIPE.out" 2>&1
