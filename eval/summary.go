@@ -147,3 +147,26 @@ func (s *Summary) PrintTable(w io.Writer) {
 	tw.Flush()
 	fmt.Fprintf(w, "%d runs; mean normalised score %s (worst task per run %s)\n", s.Runs, s.MeanNormalized, s.MinTaskNormalized)
 }
+
+// Shortfall is a task whose accuracy is under a gate in one report.
+type Shortfall struct {
+	Report   int // the report's index
+	Task     string
+	Accuracy float64
+}
+
+// BelowGate lists, report by report, the tasks (not the "all" row) whose
+// accuracy is under gate. A teacher has to know every task before a
+// conversion is scored against it: near chance the normalised score is
+// noise.
+func BelowGate(reports []*Report, gate float64) []Shortfall {
+	var out []Shortfall
+	for i, r := range reports {
+		for _, t := range r.Tasks {
+			if t.Accuracy < gate {
+				out = append(out, Shortfall{Report: i, Task: t.Task, Accuracy: t.Accuracy})
+			}
+		}
+	}
+	return out
+}

@@ -42,3 +42,36 @@ func TestSummarize(t *testing.T) {
 		t.Errorf("one run: %+v", one.Tasks[0])
 	}
 }
+
+// TestBelowGate: every task under the gate in every report, the "all" row
+// left out, and nothing at or above it.
+func TestBelowGate(t *testing.T) {
+	rep := func(accs ...float64) *Report {
+		r := &Report{Overall: TaskSummary{Task: "all", Accuracy: 0.1}}
+		for i, a := range accs {
+			r.Tasks = append(r.Tasks, TaskSummary{Task: []string{"sum", "word"}[i], Accuracy: a})
+		}
+		return r
+	}
+	reports := []*Report{rep(1, 0.9), rep(0.95, 0.86), rep(0.5, 0.89)}
+	for _, tc := range []struct {
+		gate float64
+		want []Shortfall
+	}{
+		{0.9, []Shortfall{{1, "word", 0.86}, {2, "sum", 0.5}, {2, "word", 0.89}}},
+		{0.86, []Shortfall{{2, "sum", 0.5}}},
+		{0.5, nil},
+		{0, nil},
+	} {
+		got := BelowGate(reports, tc.gate)
+		if len(got) != len(tc.want) {
+			t.Errorf("gate %g: %+v, want %+v", tc.gate, got, tc.want)
+			continue
+		}
+		for i := range got {
+			if got[i] != tc.want[i] {
+				t.Errorf("gate %g: %+v, want %+v", tc.gate, got, tc.want)
+			}
+		}
+	}
+}

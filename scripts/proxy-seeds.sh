@@ -5,6 +5,9 @@
 #
 #   1. teachers: for each teacher seed, scripts/proxy.sh makes the data and
 #      trains a teacher, and scores it (AR decoding) on dev and held-out;
+#      the later stages take only the teachers that pass the gate (GATE on
+#      every family of the dev split): near chance a normalised score is
+#      noise;
 #   2. diffusion: for each teacher, budget and diffusion seed, a diffusion
 #      model trained from the teacher;
 #   3. dev: every diffusion model scored on the dev split at each threshold
@@ -33,6 +36,9 @@
 #   RECIPE           a name for the diffusion recipe that DIFF_SET makes (e.g.
 #                    cap with DIFF_SET=confidence_loss_weight=1): its runs and
 #                    results are named with it, beside the presets' (unnamed)
+#   GATE             the accuracy a teacher must reach on every family of the
+#                    dev split to be converted and scored (0.9; 0 takes
+#                    every teacher)
 #   JOBS             runs at once (1)
 #   RESUME=1         the teachers stage finishes the teachers of an earlier,
 #                    stopped call (their training goes on from its checkpoint)
@@ -57,7 +63,8 @@ MODES=${MODES:-base}
 RK=${RECIPE:+-$RECIPE}
 mode_name() { echo "${1%%=*}"; }
 mode_json() { [[ "$1" == *=* ]] && echo "${1#*=}" || true; }
-BASE=${SEEDS_OUT:-out/proxy-seeds$([ "$SIZE" = gpu ] && echo -gpu)}
+# (|| true: under set -e a failed test in the substitution would end the script)
+BASE=${SEEDS_OUT:-out/proxy-seeds$([ "$SIZE" = gpu ] && echo -gpu || true)}
 RES=$BASE/results
 BIN=bin/dllm
 PORT0=${PORT:-18400}
@@ -127,6 +134,20 @@ runs() {
 	done
 }
 stage_time() { say "$1: $(($(date +%s) - $2)) s"; }
+GATE=${GATE:-0.9}
+# gated prints the seeds of SEEDS whose teachers pass the gate, and says
+# why each other one is left out.
+gated() {
+	local s kept=()
+	for s in $SEEDS; do
+		if [ "$GATE" = 0 ] || "$BIN" eval summary --brief --gate "$GATE" "$RES/teacher-dev-t$s.json" >/dev/null 2>"$BASE/t$s.gate"; then
+			kept+=("$s")
+		else
+			say "teacher seed $s is left out: $(sed 's/^dllm: eval summary: //' "$BASE/t$s.gate") (GATE=0 takes it anyway)"
+		fi
+	done
+	echo "${kept[*]}"
+}
 
 # 1. Teachers, scored on both splits (they are not tuned on either).
 if has teachers; then
@@ -152,6 +173,10 @@ if has teachers; then
 	stage_time teachers "$t"
 fi
 mkdir -p "$RES"
+if has diffusion || has dev || has heldout; then
+	SEEDS=$(gated)
+	[ -n "$SEEDS" ] || { say "no teacher passes the gate ($GATE on every family of the dev split): draw other seeds (SEEDS) or train the teachers longer"; exit 3; }
+fi
 
 # 2. Diffusion models.
 if has diffusion; then
@@ -230,7 +255,7 @@ if has heldout; then
 	{
 		echo
 		echo "teachers (AR decoding) on the held-out split:"
-		"$BIN" eval summary "$RES"/teacher-heldout-t*.json
+		"$BIN" eval summary $(for s in $SEEDS; do echo "$RES/teacher-heldout-t$s.json"; done)
 		for b in $BUDGETS; do
 			for m in $MODES; do
 				m=$(mode_name "$m")

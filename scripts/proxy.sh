@@ -39,6 +39,9 @@
 #   BUDGET           the diffusion training's tokens, in percent of the
 #                    teacher's (20; fractions too, at least one step)
 #   DIFF_SET         extra --set KEY=VALUE words for the diffusion training
+#   GATE             the accuracy the teacher should reach on every family
+#                    (0.9): the summary says whether it does, on the first
+#                    split scored
 #   THRESHOLD        the diffusion model's denoising threshold (0.9; "" for dllm.json's);
 #                    several, space-separated, are each scored
 #   EVAL_ON          the splits scored: heldout (default), dev, or "dev heldout"
@@ -270,6 +273,16 @@ diff_tokens=
 {
 	echo
 	echo "proxy: teacher $teacher_tokens tokens, diffusion $diff_tokens tokens ($((100 * ${diff_tokens:-0} / ${teacher_tokens:-1}))% of the teacher's)"
+	# The gate: a normalised score means little on a family the teacher
+	# does not know.
+	split=${EVAL_ON%% *}
+	if [ -n "$split" ] && [ "${GATE:-0.9}" != 0 ]; then
+		if gate=$("$BIN" eval summary --brief --gate "${GATE:-0.9}" "$OUT/teacher-$split.json" 2>&1 >/dev/null); then
+			echo "proxy: the teacher passes the gate (${GATE:-0.9} on every family, $split split)"
+		else
+			echo "proxy: the teacher is ${gate#dllm: eval summary: } ($split split): its conversion is judged against a teacher that does not know those families"
+		fi
+	fi
 	for k in data teacher diffusion eval_teacher eval_diffusion; do
 		[ -n "${SECS[$k]:-}" ] && echo "proxy: $k ${SECS[$k]} s"
 	done

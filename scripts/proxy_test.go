@@ -34,6 +34,9 @@ func TestProxyShippedTeacher(t *testing.T) {
 	if !regexp.MustCompile(`proxy: teacher 52428800 tokens, diffusion 24576 tokens`).MatchString(log) {
 		t.Errorf("the summary does not give the shipped teacher's and BUDGET's tokens:\n%s", log)
 	}
+	if !regexp.MustCompile(`proxy: the teacher (passes the gate \(0\.9 on every family, heldout split\)|is under the gate of 0\.9: .* \(heldout split\))`).MatchString(log) {
+		t.Errorf("the summary does not say whether the teacher passes the gate:\n%s", log)
+	}
 	for _, f := range []string{"teacher-heldout.json", "diffusion-heldout.json"} {
 		var r struct {
 			Overall struct {

@@ -87,20 +87,29 @@ func evalSummaryCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "summary",
 		Usage:     "summarise several --out results of one eval (seeds of a recipe): each task's mean ± standard deviation",
-		UsageText: "dllm eval summary [--json] RESULTS.json...",
+		UsageText: "dllm eval summary [--json | --brief] [--gate ACCURACY] RESULTS.json...",
 		Description: `Reads results written by 'dllm eval --out' for the same items (runs with other
 seeds, say) and prints per task the mean and sample standard deviation over
 them of the accuracy, the normalised score (results made with --baseline),
 TPF and the share of replies without an answer; then the mean normalised
-score over runs and each run's worst task.`,
+score over runs and each run's worst task.
+
+--gate checks a teacher before its conversion is judged against it: after
+the summary, the command fails (exit status 1), naming them, when any task
+of any file has an accuracy under the gate.`,
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "json", Usage: "print the summary as JSON"},
 			&cli.BoolFlag{Name: "brief", Usage: "print one line for scripts: MEAN_NORMALISED SD TPF WORST_TASK RUNS"},
+			&cli.FloatFlag{Name: "gate", Usage: "fail when a task's accuracy in any file is under this (0-1; 0: no gate)"},
 		},
 		Action: func(ctx context.Context, c *cli.Command) error {
 			paths := c.Args().Slice()
 			if len(paths) == 0 {
 				return fmt.Errorf("eval summary: give the results files (dllm eval --out) to summarise")
+			}
+			gate := c.Float("gate")
+			if gate < 0 || gate > 1 {
+				return fmt.Errorf("eval summary: --gate is an accuracy between 0 and 1, not %g", gate)
 			}
 			var reports []*eval.Report
 			for _, p := range paths {
@@ -111,19 +120,28 @@ score over runs and each run's worst task.`,
 				reports = append(reports, r)
 			}
 			s := eval.Summarize(reports)
-			if c.Bool("json") {
+			switch {
+			case c.Bool("json"):
 				b, err := json.MarshalIndent(s, "", "  ")
 				if err != nil {
 					return err
 				}
 				fmt.Fprintln(c.Root().Writer, string(b))
-				return nil
-			}
-			if c.Bool("brief") {
+			case c.Bool("brief"):
 				fmt.Fprintf(c.Root().Writer, "%.2f %.2f %.2f %.2f %d\n", s.MeanNormalized.Mean, s.MeanNormalized.SD, s.Overall.TPF.Mean, s.MinTaskNormalized.Mean, s.Runs)
+			default:
+				s.PrintTable(c.Root().Writer)
+			}
+			if gate == 0 {
 				return nil
 			}
-			s.PrintTable(c.Root().Writer)
+			var under []string
+			for _, f := range eval.BelowGate(reports, gate) {
+				under = append(under, fmt.Sprintf("%s %.3g (%s)", f.Task, f.Accuracy, paths[f.Report]))
+			}
+			if len(under) > 0 {
+				return fmt.Errorf("eval summary: under the gate of %g: %s", gate, strings.Join(under, ", "))
+			}
 			return nil
 		},
 	}

@@ -218,3 +218,43 @@ func waitHealthy(t *testing.T, url string) {
 	}
 	t.Fatal("the server did not become ready in 60 s")
 }
+
+// TestEvalSummaryGate: --gate fails naming each task under it and its
+// file, passes a teacher that knows every task, and refuses a gate that
+// is not an accuracy.
+func TestEvalSummaryGate(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name string, word float64) string {
+		r := &eval.Report{
+			Tasks:   []eval.TaskSummary{{Task: "sum", N: 100, Accuracy: 1}, {Task: "word", N: 100, Accuracy: word}},
+			Overall: eval.TaskSummary{Task: "all", N: 200, Accuracy: (1 + word) / 2},
+		}
+		p := filepath.Join(dir, name)
+		if err := r.WriteJSON(p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	good, weak := write("teacher-dev-t0.json", 0.91), write("teacher-dev-t1.json", 0.86)
+	cmds := []*cli.Command{evalCommand()}
+	for _, tc := range []struct {
+		args    []string
+		wantErr string
+	}{
+		{[]string{"--gate", "0.9", good}, ""},
+		{[]string{"--brief", "--gate", "0.9", good, weak}, "under the gate of 0.9: word 0.86 (" + weak + ")"},
+		{[]string{"--gate", "0.8", good, weak}, ""},
+		{[]string{weak}, ""},
+		{[]string{"--gate", "90", good}, "--gate is an accuracy between 0 and 1, not 90"},
+	} {
+		out, _, err := runCmds(t, cmds, append([]string{"eval", "summary"}, tc.args...)...)
+		switch {
+		case tc.wantErr == "" && err != nil:
+			t.Errorf("%v: %v", tc.args, err)
+		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+			t.Errorf("%v: error %v, want %q", tc.args, err, tc.wantErr)
+		case tc.wantErr == "" && out == "":
+			t.Errorf("%v: no summary printed", tc.args)
+		}
+	}
+}
