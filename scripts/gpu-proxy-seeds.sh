@@ -151,6 +151,13 @@ a | r)
 			echo "teacher seed $s, $split:"
 			bin/dllm eval summary "$f" | sed -n 1,7p
 		done
+		f=$SEEDS_OUT/results/teacher-dev-t$s.json
+		[ -e "$f" ] || continue
+		if gate=$(bin/dllm eval summary --brief --gate "${GATE:-0.9}" "$f" 2>&1 >/dev/null); then
+			echo "teacher seed $s passes the gate (${GATE:-0.9} on every family of the dev split)"
+		else
+			echo "teacher seed $s is ${gate#dllm: eval summary: }"
+		fi
 	done
 	bank_out
 	;;
