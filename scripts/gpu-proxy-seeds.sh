@@ -24,8 +24,8 @@
 #                                  # each argument "f" or "RECIPE DIFF_SET..."
 #                                  # (at the CPU size on an H200 one lever
 #                                  # took 123 s, two 207 s, three 333 s; at
-#                                  # the GPU size 6 trainings already fill
-#                                  # the GPU, so two parts should take ~500 s.
+#                                  # the GPU size on an H100 two parts took
+#                                  # 452-474 s, one alone ~240 s.
 #                                  # It saves a call's start and the risk of
 #                                  # losing the machine between calls, not
 #                                  # GPU time)
