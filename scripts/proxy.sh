@@ -53,7 +53,8 @@
 #   KEEP=1           reuse the data and teacher of an earlier run in PROXY_OUT
 #                    (only the diffusion stage and the evals run again; the
 #                    teacher's results are reused where they exist); a
-#                    teacher whose training was stopped is finished first
+#                    teacher or a DIFF_RUN whose training was stopped goes
+#                    on from its checkpoint instead of starting over
 #   KEEP=2           reuse the diffusion model too (only the evals run again)
 #   EVAL_EXTRA       a JSON object merged into the diffusion model's requests
 #                    (dllm eval --extra), e.g. {"verify":true}
@@ -173,7 +174,17 @@ for conv in "teacher-ar 1" "teacher-dllm 8"; do
 done
 if [ "${KEEP:-0}" != 2 ] && [ "$DIFF_RUN" != none ]; then
 	t=$(stamp)
-	rm -rf "${OUT:?}/$DIFF_RUN"
+	# A diffusion run stopped before its export (Ctrl-C, SIGTERM, a lost
+	# session) goes on from its checkpoint with KEEP=1, as the teacher
+	# does (resuming is exact: docs/training.md); any other starts over.
+	resume=()
+	if [ "${KEEP:-0}" = 1 ] && ! compgen -G "$OUT/$DIFF_RUN/model-step-*" >/dev/null &&
+		compgen -G "$OUT/$DIFF_RUN/checkpoints/step-*" >/dev/null; then
+		resume=(--resume)
+		say "diffusion: resuming $OUT/$DIFF_RUN"
+	else
+		rm -rf "${OUT:?}/$DIFF_RUN"
+	fi
 	# BUDGET percent of the teacher's tokens, in steps of the preset's
 	# micro batches of seq_len tokens (DIFF_SET may still set steps).
 	field() { sed -n "s/^ *\"*$1\"*: *\([0-9]*\).*/\1/p" "$2" | head -n 1; }
@@ -184,7 +195,7 @@ if [ "${KEEP:-0}" != 2 ] && [ "$DIFF_RUN" != none ]; then
 		'BEGIN { s = int(t * b / 100 / n); print (s < 1 ? 1 : s) }')
 	mapfile -t extra < <(sets "device=$RUNDEV steps=$steps ${DIFF_SET:-}")
 	"$BIN" train --config "$dp" --model "$OUT/teacher-dllm" \
-		--data "$OUT/data" --out "$OUT/$DIFF_RUN" ${extra[@]+"${extra[@]}"} >&2
+		--data "$OUT/data" --out "$OUT/$DIFF_RUN" ${resume[@]+"${resume[@]}"} ${extra[@]+"${extra[@]}"} >&2
 	SECS[diffusion]=$(($(stamp) - t))
 fi
 DIFF=

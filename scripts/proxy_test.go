@@ -72,17 +72,50 @@ func TestProxyResumesTeacher(t *testing.T) {
 		"TEACHER_SET=steps=4 checkpoint_every=2 keep_checkpoints=2", "PROXY_OUT=" + out}
 	runProxy(t, root, env...)
 	run := filepath.Join(out, "teacher-run")
-	for _, p := range []string{"model-step-0000004", "checkpoints/step-0000004"} {
-		if err := os.RemoveAll(filepath.Join(run, p)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	stopAtStep2(t, run)
 	log := runProxy(t, root, append(env, "KEEP=1")...)
 	if !regexp.MustCompile(`(?m)^proxy: teacher: resuming .*\n(.*\n)*train: ar objective, 4 steps from 2,`).MatchString(log) {
 		t.Errorf("the teacher did not go on from its checkpoint of step 2:\n%s", log)
 	}
 	if _, err := os.Stat(filepath.Join(run, "model-step-0000004", "train.json")); err != nil {
 		t.Errorf("the resumed teacher was not exported: %v", err)
+	}
+}
+
+// TestProxyResumesDiffusion does the same to a diffusion run: stopped
+// after step 2 of 4, it goes on from there with KEEP=1 instead of being
+// removed and started over (a conversion of the CPU size takes an hour).
+func TestProxyResumesDiffusion(t *testing.T) {
+	root := scriptRoot(t, "curl")
+	out := t.TempDir()
+	env := []string{"TASKS=v2", "TEACHER=models/proxy-teacher", "TRAIN=100", "DEV=5", "HELDOUT=5", "TEXT=20",
+		"EVAL_ON=none", "DIFF_RUN=diffusion-b5", "DIFF_SET=steps=4 checkpoint_every=2 keep_checkpoints=2",
+		"PROXY_OUT=" + out}
+	runProxy(t, root, env...)
+	run := filepath.Join(out, "diffusion-b5")
+	stopAtStep2(t, run)
+	log := runProxy(t, root, append(env, "KEEP=1")...)
+	if !regexp.MustCompile(`(?m)^proxy: diffusion: resuming .*\n(.*\n)*train: block objective, 4 steps from 2,`).MatchString(log) {
+		t.Errorf("the diffusion run did not go on from its checkpoint of step 2:\n%s", log)
+	}
+	if _, err := os.Stat(filepath.Join(run, "model-step-0000004", "train.json")); err != nil {
+		t.Errorf("the resumed diffusion model was not exported: %v", err)
+	}
+	// A finished run is not resumed: KEEP=1 trains it again from step 0.
+	log = runProxy(t, root, append(env, "KEEP=1")...)
+	if !regexp.MustCompile(`train: block objective, 4 steps from 0,`).MatchString(log) {
+		t.Errorf("a finished diffusion run was not started over with KEEP=1:\n%s", log)
+	}
+}
+
+// stopAtStep2 makes a finished 4-step training run in run look stopped
+// after step 2: its export and its checkpoint of step 4 are removed.
+func stopAtStep2(t *testing.T, run string) {
+	t.Helper()
+	for _, p := range []string{"model-step-0000004", "checkpoints/step-0000004"} {
+		if err := os.RemoveAll(filepath.Join(run, p)); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
